@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project-local venv .venv with everything the demo and tests need.
+# - With a sourced ROS 2 environment (ROS_DISTRO set and rclpy importable), the venv sees the
+#   system packages and uses that rclpy; otherwise it installs the ROS 2 Kilted wheels from PyPI.
+# - Versions are pinned in requirements/constraints.txt and nowhere else.
+# - Re-runs are cheap: nothing is installed when the inputs have not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${SIMREAL_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+if ! command -v "$PY" >/dev/null 2>&1; then
+  echo "bootstrap: $PY not found; install Python 3.10-3.13 (Debian/Ubuntu: apt-get install python3 python3-venv)" >&2
+  exit 1
+fi
+ver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+case "$ver" in
+  3.10|3.11|3.12|3.13) ;;
+  *) echo "bootstrap: $PY is Python $ver; the ROS 2 Kilted wheels need 3.10-3.13 (set PYTHON=python3.12, say)" >&2
+     exit 1 ;;
+esac
+
+use_system_ros=0
+if [ -n "${ROS_DISTRO:-}" ] && "$PY" -c 'import rclpy' >/dev/null 2>&1; then
+  use_system_ros=1
+fi
+
+stamp_src=$(cat requirements/*.txt setup.py package.xml; echo "py=$ver system_ros=$use_system_ros")
+stamp=$(printf '%s' "$stamp_src" | sha256sum | cut -d' ' -f1)
+if [ -f "$VENV/.bootstrap-stamp" ] && [ "$(cat "$VENV/.bootstrap-stamp")" = "$stamp" ]; then
+  exit 0
+fi
+
+echo "bootstrap: setting up $VENV (Python $ver, $([ $use_system_ros = 1 ] && echo "ROS 2 $ROS_DISTRO from the system" || echo "ROS 2 Kilted wheels from PyPI"))" >&2
+rm -rf "$VENV"
+venv_args=()
+[ $use_system_ros = 1 ] && venv_args+=(--system-site-packages)
+if ! "$PY" -m venv "${venv_args[@]}" "$VENV" >/dev/null 2>&1; then
+  echo "bootstrap: '$PY -m venv' failed; on Debian/Ubuntu install the venv module: apt-get install python3-venv" >&2
+  exit 1
+fi
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install --upgrade pip >/dev/null
+reqs=(-r requirements/dev.txt)
+[ $use_system_ros = 1 ] || reqs+=(-r requirements/ros.txt)
+"${pip[@]}" install -c requirements/constraints.txt "${reqs[@]}" -e .
+echo "$stamp" > "$VENV/.bootstrap-stamp"
+echo "bootstrap: ready" >&2

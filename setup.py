@@ -1,0 +1,49 @@
+"""ament_python package simreal_ros: builds with colcon and installs with pip."""
+from glob import glob
+import os
+
+from setuptools import find_packages, setup
+
+package_name = 'simreal_ros'
+
+# One console script per node, named after the node (ros2 run simreal_ros <node>).
+NODES = [
+    'sim_robot',
+]
+
+
+def tree(src):
+    """Return data_files entries that install folder `src` under share/simreal_ros/."""
+    entries = {}
+    for path in glob(os.path.join(src, '**', '*'), recursive=True):
+        if os.path.isfile(path):
+            dest = os.path.join('share', package_name, os.path.dirname(path))
+            entries.setdefault(dest, []).append(path)
+    return sorted(entries.items())
+
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(exclude=['test', 'test.*', 'bench']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
+        ('share/' + package_name, ['package.xml']),
+    ] + tree('launch') + tree('config') + tree('models'),
+    install_requires=['setuptools', 'numpy', 'scipy', 'pyyaml', 'mujoco', 'onnxruntime'],
+    extras_require={
+        'test': ['pytest', 'hypothesis', 'onnx'],
+    },
+    zip_safe=True,
+    maintainer='simreal_ros maintainers',
+    maintainer_email='maintainers@simreal-ros.invalid',
+    description='Sim-to-real deployment for learned robot policies: ONNX runner, safety '
+                'supervisor, system identification, MuJoCo reality-gap bridge.',
+    license='Apache-2.0',
+    tests_require=['pytest'],
+    entry_points={
+        'console_scripts': [
+            f'{node} = {package_name}.nodes.{node}:main' for node in NODES
+        ],
+    },
+)

@@ -1,0 +1,1 @@
+"""ROS-free core: maths, models and validation. Nothing here imports rclpy."""

@@ -1,0 +1,125 @@
+"""Find and read configuration: robot parameter files, model paths, the package share folder.
+
+Parameter files are standard ROS 2 YAML (`node_name: ros__parameters: {...}`, with `/**` for
+parameters every node shares); the same file is given to `ros2 launch`, `ros2 run --ros-args
+--params-file` and to the pip-installed tools. Errors are `ConfigError`s that name the file and
+the parameter, for the operator to read.
+"""
+import os
+from pathlib import Path
+
+import yaml
+
+PACKAGE = 'simreal_ros'
+PACKAGE_URL = 'package://' + PACKAGE + '/'
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, worded for the operator (file, parameter, what to do)."""
+
+
+def source_root():
+    """Return the source checkout's root (holding package.xml), or None when installed."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / 'package.xml').is_file() and (root / 'config').is_dir() else None
+
+
+def share_dir():
+    """Return the folder holding config/, launch/ and models/ for this installation."""
+    root = source_root()
+    if root is not None:
+        return root
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        return Path(get_package_share_directory(PACKAGE))
+    except Exception:  # noqa: BLE001 - fall through to the pip prefix layout
+        pass
+    import sys
+    candidate = Path(sys.prefix) / 'share' / PACKAGE
+    if candidate.is_dir():
+        return candidate
+    raise ConfigError(f'cannot find the {PACKAGE} share folder (config/, launch/, models/); '
+                      'is the package installed (colcon build or pip install)?')
+
+
+def resolve_path(path, what='path', relative_to=None):
+    """Resolve a file path from a config.
+
+    Accepts an absolute path, `package://simreal_ros/<path>` (the package share folder), or a
+    relative path, tried against `relative_to` (the config file's folder), the current directory
+    and the source checkout's root, in that order.
+    """
+    if not path:
+        raise ConfigError(f'{what} is empty')
+    path = os.path.expandvars(os.path.expanduser(str(path)))
+    if path.startswith(PACKAGE_URL):
+        candidates = [share_dir() / path[len(PACKAGE_URL):]]
+    elif os.path.isabs(path):
+        candidates = [Path(path)]
+    else:
+        candidates = []
+        if relative_to is not None:
+            candidates.append(Path(relative_to) / path)
+        candidates.append(Path.cwd() / path)
+        if source_root() is not None:
+            candidates.append(source_root() / path)
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate.resolve()
+    tried = ', '.join(str(c) for c in candidates)
+    raise ConfigError(f'{what} {path!r} not found (tried: {tried})')
+
+
+def robot_config_path(robot):
+    """Return the parameter file for a robot given by name (config/robots/<name>.yaml) or path."""
+    robot = str(robot)
+    if robot.endswith(('.yaml', '.yml')) or os.sep in robot:
+        return resolve_path(robot, what='robot config')
+    path = share_dir() / 'config' / 'robots' / (robot + '.yaml')
+    if not path.is_file():
+        known = sorted(p.stem for p in (share_dir() / 'config' / 'robots').glob('*.yaml'))
+        raise ConfigError(f'unknown robot {robot!r}: no {path}; known robots: {", ".join(known)} '
+                          '(or give the path of a parameter file)')
+    return path
+
+
+def _flatten(prefix, value, out):
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _flatten(f'{prefix}.{key}' if prefix else str(key), sub, out)
+    else:
+        out[prefix] = value
+
+
+def read_yaml(path):
+    """Read a YAML file, turning syntax errors into a ConfigError that names the file."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise ConfigError(f'cannot read {path}: {exc.strerror}') from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f'{path} is not valid YAML: {exc}') from exc
+    return {} if data is None else data
+
+
+def load_node_params(path, node_name):
+    """Return the flattened parameters that `path` gives node `node_name` ('/**' merged first)."""
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f'{path}: expected a mapping of node names to ros__parameters')
+    params = {}
+    for key in ('/**', '**', node_name, '/' + node_name):
+        section = data.get(key)
+        if section is None:
+            continue
+        if not isinstance(section, dict) or 'ros__parameters' not in section:
+            raise ConfigError(f'{path}: section {key!r} has no ros__parameters mapping')
+        _flatten('', section['ros__parameters'] or {}, params)
+    return params
+
+
+def node_names_in(path):
+    """Return the node sections a parameter file configures (without '/**')."""
+    data = read_yaml(path)
+    return [k.lstrip('/') for k in data if k not in ('/**', '**')]

@@ -1,0 +1,396 @@
+"""The simulated robot's physics: a MuJoCo model with hidden "true" actuator parameters.
+
+`SimPlant` is what `sim_robot` runs and what the SysID benchmarks drive directly (faster than real
+time). The nominal MJCF describes the links; the plant truth (per joint Coulomb friction, viscous
+damping, armature, torque limit, a command transport latency and sensor noise) is applied in the
+physics, not to the measurements, so system identification has something real to recover:
+
+- Coulomb friction -> `dof_frictionloss`, viscous damping -> `dof_damping`, armature ->
+  `dof_armature` (these replace the nominal model's values for the exposed joints);
+- torque limit -> the commanded torque is clipped before it is applied (and reported as effort);
+- latency -> a delay line at the physics rate: a command becomes effective `latency_s` after it
+  arrived; when that instant falls inside a physics step, the step applies the time-weighted mean
+  of the torques before and after it, so latencies are not rounded to the physics step;
+- noise -> Gaussian noise on measured position, velocity and effort.
+
+Commands follow the driver convention of `hardware/command` (sensor_msgs/JointState, by name):
+position targets give `kp*(q_t - q)`, velocity targets (default 0 when a position is given) give
+`kd*(dq_t - dq)`, effort adds feed-forward torque. A command without positions and velocities is
+pure effort; one with velocities only is damping (the supervisor's safe mode).
+"""
+from dataclasses import dataclass, field
+import math
+
+import mujoco
+import numpy as np
+
+from simreal_ros.core.config import ConfigError
+
+_ONE_DOF = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+# Dry friction in MuJoCo is a soft constraint; these settings make it stick: a torque below the
+# Coulomb level creeps at under 2e-3 rad/s instead of ~0.1 rad/s with MuJoCo's defaults.
+# sim_bridge models friction the same way.
+STICTION_SOLREF = (0.002, 1.0)
+STICTION_SOLIMP = (0.99, 0.999, 0.001, 0.5, 2.0)
+PLANT_KEYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
+
+
+@dataclass
+class PlantTruth:
+    """Hidden actuator parameters of the simulated robot (per joint unless scalar)."""
+
+    coulomb_friction: np.ndarray
+    viscous_damping: np.ndarray
+    armature: np.ndarray
+    torque_limit: np.ndarray
+    latency_s: float = 0.0
+    noise_position: float = 0.0
+    noise_velocity: float = 0.0
+    noise_effort: float = 0.0
+
+    @classmethod
+    def from_mapping(cls, data, n_joints, source='plant'):
+        """Build from a mapping (the `plant` section of a robot config, or a --truth file)."""
+        if not isinstance(data, dict):
+            raise ConfigError(f'{source}: expected a mapping with {", ".join(PLANT_KEYS)}')
+        unknown = set(data) - set(PLANT_KEYS) - {'latency_s', 'noise_position',
+                                                 'noise_velocity', 'noise_effort'}
+        if unknown:
+            raise ConfigError(f'{source}: unknown plant parameter(s) {sorted(unknown)}')
+        values = {}
+        for key in PLANT_KEYS:
+            if key not in data:
+                raise ConfigError(f'{source}.{key} is missing')
+            arr = np.asarray(data[key], dtype=float).reshape(-1)
+            if arr.size == 1:
+                arr = np.full(n_joints, float(arr[0]))
+            if arr.size != n_joints:
+                raise ConfigError(f'{source}.{key} has {arr.size} values for {n_joints} joints')
+            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise ConfigError(f'{source}.{key} must be finite and >= 0, got {arr.tolist()}')
+            values[key] = arr
+        if np.any(values['torque_limit'] <= 0):
+            raise ConfigError(f'{source}.torque_limit must be > 0')
+        for key in ('latency_s', 'noise_position', 'noise_velocity', 'noise_effort'):
+            value = float(data.get(key, 0.0))
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f'{source}.{key} must be finite and >= 0, got {value}')
+            values[key] = value
+        return cls(**values)
+
+    def to_mapping(self):
+        """Return the plain mapping form (the inverse of from_mapping)."""
+        out = {k: getattr(self, k).tolist() for k in PLANT_KEYS}
+        out.update(latency_s=self.latency_s, noise_position=self.noise_position,
+                   noise_velocity=self.noise_velocity, noise_effort=self.noise_effort)
+        return out
+
+
+@dataclass
+class JointCommand:
+    """One command for a subset of joints (indices into the plant's joints)."""
+
+    index: np.ndarray
+    position: np.ndarray = None
+    velocity: np.ndarray = None
+    effort: np.ndarray = None
+
+
+@dataclass
+class _Active:
+    """The command each joint is executing (NaN = no such term)."""
+
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
+    updated: np.ndarray  # sim time each joint last received a command, -inf = never
+
+    def copy(self):
+        return _Active(self.position.copy(), self.velocity.copy(), self.effort.copy(),
+                       self.updated.copy())
+
+
+@dataclass
+class Measurement:
+    """What the robot's sensors report at one instant."""
+
+    time: float
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
+    orientation: np.ndarray = None        # base quaternion (w, x, y, z), floating base only
+    angular_velocity: np.ndarray = None   # base frame
+    linear_acceleration: np.ndarray = None  # base frame, proper acceleration (gravity included)
+    base_position: np.ndarray = None
+    extras: dict = field(default_factory=dict)
+
+
+def load_model(model_path):
+    """Load an MJCF file, with a ConfigError naming the file on failure."""
+    try:
+        return mujoco.MjModel.from_xml_path(str(model_path))
+    except Exception as exc:  # noqa: BLE001 - mujoco raises ValueError with its parser text
+        raise ConfigError(f'cannot load MuJoCo model {model_path}: {exc}') from exc
+
+
+class SimPlant:
+    """A MuJoCo robot with hidden true actuator parameters, stepped at `physics_dt`."""
+
+    def __init__(self, model_path, joint_names, physics_dt, kp, kd, truth=None,
+                 command_mode='position', command_timeout=0.25, seed=0, initial_position=None):
+        self.model = load_model(model_path)
+        self.model.opt.timestep = float(physics_dt)
+        self.data = mujoco.MjData(self.model)
+        self.names = list(joint_names)
+        self.n = len(self.names)
+        if self.n == 0:
+            raise ConfigError('joint_names is empty')
+        if command_mode not in ('position', 'effort'):
+            raise ConfigError(f"command_mode must be 'position' or 'effort', got {command_mode!r}")
+        self.command_mode = command_mode
+        self.command_timeout = float(command_timeout)
+        self.dt = float(physics_dt)
+        self.rng = np.random.default_rng(seed)
+        self._resolve_joints(model_path)
+        self.kp = self._per_joint(kp, 'kp')
+        self.kd = self._per_joint(kd, 'kd')
+        self.truth = truth
+        if truth is not None:
+            self.model.dof_frictionloss[self.dof] = truth.coulomb_friction
+            self.model.dof_damping[self.dof] = truth.viscous_damping
+            self.model.dof_armature[self.dof] = truth.armature
+            self.model.dof_solref[self.dof] = STICTION_SOLREF
+            self.model.dof_solimp[self.dof] = STICTION_SOLIMP
+            self.torque_limit = truth.torque_limit.copy()
+            self.latency = truth.latency_s
+        else:
+            self.torque_limit = np.full(self.n, np.inf)
+            self.latency = 0.0
+        # The model's own actuator force range clamps what a motor can do, as in the MJCF.
+        for i, act in enumerate(self.actuator):
+            if act >= 0 and self.model.actuator_forcelimited[act]:
+                lo, hi = self.model.actuator_forcerange[act]
+                self.torque_limit[i] = min(self.torque_limit[i], max(-lo, hi))
+        nan = np.full(self.n, np.nan)
+        self._active = _Active(nan.copy(), nan.copy(), nan.copy(), np.full(self.n, -np.inf))
+        self._queue = []  # (effective_time, JointCommand), in arrival order
+        self.applied = np.zeros(self.n)
+        self.timeouts = 0
+        self._timed_out = np.zeros(self.n, dtype=bool)
+        self.base_body = self._free_base_body()
+        if initial_position is not None:
+            self.data.qpos[self.qadr] = np.asarray(initial_position, dtype=float)
+        mujoco.mj_forward(self.model, self.data)
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _resolve_joints(self, model_path):
+        m = self.model
+        missing = [n for n in self.names
+                   if mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) < 0]
+        if missing:
+            known = [m.joint(i).name for i in range(m.njnt) if int(m.jnt_type[i]) in _ONE_DOF]
+            raise ConfigError(f'joint_names: {missing} not in {model_path}; its 1-dof joints are '
+                              f'{known}')
+        jid = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) for n in self.names]
+        bad = [n for n, j in zip(self.names, jid) if int(m.jnt_type[j]) not in _ONE_DOF]
+        if bad:
+            raise ConfigError(f'joint_names: {bad} are not hinge or slide joints')
+        self.jid = np.array(jid)
+        self.qadr = m.jnt_qposadr[self.jid]
+        self.dof = m.jnt_dofadr[self.jid]
+        # A motor actuator on the joint takes the torque through ctrl; otherwise qfrc_applied.
+        self.actuator = np.full(self.n, -1)
+        self.gear = np.ones(self.n)
+        for a in range(m.nu):
+            if int(m.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+                continue
+            j = m.actuator_trnid[a, 0]
+            if j in jid:
+                i = jid.index(j)
+                is_motor = (int(m.actuator_gaintype[a]) == int(mujoco.mjtGain.mjGAIN_FIXED)
+                            and int(m.actuator_biastype[a]) == int(mujoco.mjtBias.mjBIAS_NONE))
+                if not is_motor:
+                    raise ConfigError(f'{model_path}: actuator {m.actuator(a).name!r} on joint '
+                                      f'{self.names[i]!r} is not a <motor>; sim_robot computes '
+                                      'the PD itself and needs torque actuators (or none)')
+                self.actuator[i] = a
+                self.gear[i] = m.actuator_gear[a, 0]
+        lo = m.jnt_range[self.jid, 0]
+        hi = m.jnt_range[self.jid, 1]
+        limited = m.jnt_limited[self.jid].astype(bool)
+        self.position_range = np.stack([np.where(limited, lo, -np.inf),
+                                        np.where(limited, hi, np.inf)], axis=1)
+
+    def _per_joint(self, values, name):
+        arr = np.asarray(values, dtype=float).reshape(-1)
+        if arr.size == 1:
+            arr = np.full(self.n, float(arr[0]))
+        if arr.size != self.n or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise ConfigError(f'{name}: expected {self.n} finite values >= 0 (one per joint in '
+                              f'joint_names), got {np.asarray(values).tolist()}')
+        return arr
+
+    def _free_base_body(self):
+        m = self.model
+        for j in range(m.njnt):
+            if int(m.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_FREE):
+                return int(m.jnt_bodyid[j])
+        return None
+
+    @property
+    def floating_base(self):
+        return self.base_body is not None
+
+    @property
+    def time(self):
+        return float(self.data.time)
+
+    # -- commands -------------------------------------------------------------------------
+    def index_of(self, names):
+        """Map names to joint indices; raise ValueError naming the unknown ones."""
+        lookup = {n: i for i, n in enumerate(self.names)}
+        unknown = [n for n in names if n not in lookup]
+        if unknown:
+            raise ValueError(f'unknown joint name(s) {unknown}; this robot has {self.names}')
+        if len(set(names)) != len(names):
+            raise ValueError(f'duplicate joint names in command: {list(names)}')
+        return np.array([lookup[n] for n in names], dtype=int)
+
+    def make_command(self, names, position=(), velocity=(), effort=()):
+        """Validate a JointState-style command; raise ValueError with the reason when malformed."""
+        idx = self.index_of(list(names))
+        fields = {}
+        for key, values in (('position', position), ('velocity', velocity), ('effort', effort)):
+            arr = np.asarray(values, dtype=float).reshape(-1)
+            if arr.size == 0:
+                fields[key] = None
+                continue
+            if arr.size != idx.size:
+                raise ValueError(f'{key} has {arr.size} values for {idx.size} names')
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f'{key} has non-finite values')
+            fields[key] = arr
+        if idx.size == 0:
+            raise ValueError('command names no joints')
+        if all(v is None for v in fields.values()):
+            raise ValueError('command has no position, velocity or effort values')
+        if self.command_mode == 'effort' and (fields['position'] is not None
+                                              or fields['velocity'] is not None):
+            raise ValueError("command_mode is 'effort': position/velocity targets are not used;"
+                             ' send effort only')
+        return JointCommand(idx, **fields)
+
+    def submit(self, command, arrival_time=None):
+        """Queue a command that arrived at `arrival_time` (sim time; default now)."""
+        t = self.time if arrival_time is None else float(arrival_time)
+        self._queue.append((t + self.latency, command))
+
+    def _apply(self, active, command, t):
+        i = command.index
+        has_p = command.position is not None
+        has_v = command.velocity is not None
+        active.position[i] = command.position if has_p else np.nan
+        if has_v:
+            active.velocity[i] = command.velocity
+        else:
+            active.velocity[i] = 0.0 if has_p else np.nan
+        active.effort[i] = command.effort if command.effort is not None else 0.0
+        active.updated[i] = t
+
+    def _torque(self, active, q, dq):
+        tau = np.nan_to_num(active.effort, nan=0.0)
+        has_p = np.isfinite(active.position)
+        has_v = np.isfinite(active.velocity)
+        tau = tau + np.where(has_p, self.kp * (np.nan_to_num(active.position) - q), 0.0)
+        tau = tau + np.where(has_v, self.kd * (np.nan_to_num(active.velocity) - dq), 0.0)
+        return tau
+
+    def _expire(self, active, t):
+        """Joints whose command is older than command_timeout get damping (kp=0, kd>0)."""
+        old = (t - active.updated) > self.command_timeout
+        newly = old & ~self._timed_out & np.isfinite(active.updated)
+        self.timeouts += int(np.count_nonzero(newly))
+        self._timed_out = old
+        if np.any(old):
+            active.position[old] = np.nan
+            active.velocity[old] = 0.0
+            active.effort[old] = 0.0
+
+    # -- stepping -------------------------------------------------------------------------
+    def step(self, n=1):
+        """Advance the physics by n steps."""
+        m, d = self.model, self.data
+        for _ in range(n):
+            t0 = d.time
+            t1 = t0 + self.dt
+            q = d.qpos[self.qadr].copy()
+            dq = d.qvel[self.dof].copy()
+            # Commands that became effective before this step starts.
+            while self._queue and self._queue[0][0] <= t0 + 1e-12:
+                t_eff, cmd = self._queue.pop(0)
+                self._apply(self._active, cmd, t_eff)
+            self._expire(self._active, t0)
+            tau = self._torque(self._active, q, dq)
+            # Commands taking effect inside this step: time-weighted torque (sub-step latency).
+            if self._queue and self._queue[0][0] < t1 - 1e-12:
+                weighted = np.zeros(self.n)
+                t_prev = t0
+                while self._queue and self._queue[0][0] < t1 - 1e-12:
+                    t_eff, cmd = self._queue.pop(0)
+                    weighted += np.clip(tau, -self.torque_limit, self.torque_limit) * (t_eff - t_prev)
+                    self._apply(self._active, cmd, t_eff)
+                    tau = self._torque(self._active, q, dq)
+                    t_prev = t_eff
+                weighted += np.clip(tau, -self.torque_limit, self.torque_limit) * (t1 - t_prev)
+                applied = weighted / self.dt
+            else:
+                applied = np.clip(tau, -self.torque_limit, self.torque_limit)
+            self.applied = applied
+            self._write_torque(applied)
+            mujoco.mj_step(m, d)
+
+    def _write_torque(self, tau):
+        d = self.data
+        has_act = self.actuator >= 0
+        if np.any(has_act):
+            d.ctrl[self.actuator[has_act]] = tau[has_act] / self.gear[has_act]
+        if np.any(~has_act):
+            d.qfrc_applied[self.dof[~has_act]] = tau[~has_act]
+
+    # -- sensing --------------------------------------------------------------------------
+    def measure(self, with_noise=True):
+        """Return the sensors' reading now (noise from the plant truth when with_noise)."""
+        d = self.data
+        q = d.qpos[self.qadr].copy()
+        dq = d.qvel[self.dof].copy()
+        tau = self.applied.copy()
+        if with_noise and self.truth is not None:
+            tr = self.truth
+            if tr.noise_position:
+                q += self.rng.normal(0.0, tr.noise_position, self.n)
+            if tr.noise_velocity:
+                dq += self.rng.normal(0.0, tr.noise_velocity, self.n)
+            if tr.noise_effort:
+                tau += self.rng.normal(0.0, tr.noise_effort, self.n)
+        out = Measurement(self.time, q, dq, tau)
+        if self.floating_base:
+            b = self.base_body
+            jnt = self.model.body_jntadr[b]
+            qa = self.model.jnt_qposadr[jnt]
+            va = self.model.jnt_dofadr[jnt]
+            out.base_position = d.qpos[qa:qa + 3].copy()
+            out.orientation = d.qpos[qa + 3:qa + 7].copy()
+            out.angular_velocity = d.qvel[va + 3:va + 6].copy()  # free joint: body frame
+            mujoco.mj_rnePostConstraint(self.model, d)
+            acc = np.zeros(6)
+            mujoco.mj_objectAcceleration(self.model, d, mujoco.mjtObj.mjOBJ_BODY, b, acc, 1)
+            out.linear_acceleration = acc[3:].copy()
+        return out
+
+    def set_state(self, position=None, velocity=None):
+        """Place the exposed joints (for tests and experiments that start from a pose)."""
+        if position is not None:
+            self.data.qpos[self.qadr] = position
+        if velocity is not None:
+            self.data.qvel[self.dof] = velocity
+        mujoco.mj_forward(self.model, self.data)

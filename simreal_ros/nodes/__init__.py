@@ -1,0 +1,1 @@
+"""Thin rclpy adapters around simreal_ros.core: parameters, topics, services, timers."""

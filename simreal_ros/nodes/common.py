@@ -1,0 +1,69 @@
+"""What every simreal_ros node shares: QoS profiles, parameter declaration, main()."""
+import math
+import sys
+
+import rclpy
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy)
+
+from simreal_ros.core.config import ConfigError
+
+# Sensor streams are read best-effort (matches both best-effort and reliable publishers) ...
+SENSOR_SUB_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5,
+                            reliability=ReliabilityPolicy.BEST_EFFORT)
+# ... and published reliable, so default-QoS tools (robot_state_publisher, rviz) also receive them.
+SENSOR_PUB_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5,
+                            reliability=ReliabilityPolicy.RELIABLE)
+COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
+                         reliability=ReliabilityPolicy.RELIABLE)
+LATCHED_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
+                         reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def declare(node, name, default, description, *, low=None, high=None, read_only=False,
+            dynamic_typing=False):
+    """Declare a parameter with a descriptor (description and range) and return its value."""
+    desc = ParameterDescriptor(description=description, read_only=read_only,
+                               dynamic_typing=dynamic_typing)
+    if low is not None or high is not None:
+        if isinstance(default, bool):
+            pass
+        elif isinstance(default, int):
+            desc.integer_range = [IntegerRange(
+                from_value=int(low if low is not None else -2**31),
+                to_value=int(high if high is not None else 2**31 - 1), step=0)]
+        else:
+            desc.floating_point_range = [FloatingPointRange(
+                from_value=float(low if low is not None else -math.inf),
+                to_value=float(high if high is not None else math.inf), step=0.0)]
+    return node.declare_parameter(name, default, desc).value
+
+
+def stamp_to_sec(stamp):
+    """Return a builtin_interfaces/Time as float seconds."""
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def run(node_class, args=None):
+    """Spin one node in a MultiThreadedExecutor; configuration errors exit 2 with a clear line."""
+    rclpy.init(args=args)
+    node = None
+    code = 0
+    try:
+        node = node_class()
+        executor = MultiThreadedExecutor(num_threads=2)
+        executor.add_node(node)
+        executor.spin()
+    except ConfigError as exc:
+        name = getattr(node_class, 'NODE_NAME', node_class.__name__)
+        print(f'[{name}] configuration error: {exc}', file=sys.stderr, flush=True)
+        code = 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
