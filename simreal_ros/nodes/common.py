@@ -50,6 +50,7 @@ def run(node_class, args=None):
     """Spin one node in a MultiThreadedExecutor; configuration errors exit 2 with a clear line."""
     rclpy.init(args=args)
     node = None
+    executor = None
     code = 0
     try:
         node = node_class()
@@ -62,7 +63,12 @@ def run(node_class, args=None):
         code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:  # noqa: BLE001 - a signal may shut the context down mid-spin
+        if rclpy.ok():
+            raise
     finally:
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()

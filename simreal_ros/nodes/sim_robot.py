@@ -1,0 +1,250 @@
+"""sim_robot: the embedded default hardware, a MuJoCo robot behind the topics a real driver uses.
+
+It has hidden "true" actuator parameters (the `plant` section of its parameter file: Coulomb
+friction, viscous damping, armature, torque limit, command latency, sensor noise) that the
+nominal MJCF does not contain, applied in the physics, so system identification has something
+real to find. On a real robot this node is simply not started.
+
+    ros2 run simreal_ros sim_robot --ros-args --params-file config/robots/arm3.yaml
+    ros2 topic echo /joint_states
+    ros2 topic pub --once /hardware/command sensor_msgs/msg/JointState \
+        "{name: [shoulder_pitch], position: [0.5]}"
+
+Topics: subscribes `hardware/command` (sensor_msgs/JointState, by name: position targets ->
+kp*(q_t - q); velocity targets (0 when positions are given) -> kd*(dq_t - dq); effort ->
+feed-forward torque; no positions but velocities = damping); publishes `joint_states` (effort is
+the torque actually applied), `imu` (floating-base models), `/clock` (when `publish_clock`),
+`/diagnostics`.
+"""
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock as ClockMsg
+from sensor_msgs.msg import Imu, JointState
+
+from simreal_ros.core.config import ConfigError, resolve_path
+from simreal_ros.core.plant import PlantTruth, SimPlant
+from simreal_ros.nodes.common import (COMMAND_QOS, SENSOR_PUB_QOS, declare, run)
+
+PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
+PLANT_SCALARS = ('latency_s', 'noise_position', 'noise_velocity', 'noise_effort')
+
+
+class SimRobot(Node):
+    """Step a SimPlant in real time (or faster) and expose it as a robot driver."""
+
+    NODE_NAME = 'sim_robot'
+
+    def __init__(self):
+        super().__init__(self.NODE_NAME)
+        p = self._declare_parameters()
+        model_path = resolve_path(p['model_path'], what='sim_robot parameter model_path')
+        truth = None
+        if p['plant_enabled']:
+            missing = [k for k in PLANT_ARRAYS if not p['plant.' + k]]
+            if missing:
+                raise ConfigError('plant_enabled is true but plant.' + ', plant.'.join(missing)
+                                  + ' not set (give the hidden truth, or plant_enabled: false)')
+            truth = PlantTruth.from_mapping(
+                {k: p['plant.' + k] for k in PLANT_ARRAYS + PLANT_SCALARS},
+                len(p['joint_names']), source='sim_robot parameter plant')
+        self.physics_dt = p['physics_dt']
+        self.period = 1.0 / p['publish_rate_hz']
+        self.steps_per_tick = int(round(self.period / self.physics_dt))
+        if self.steps_per_tick < 1 or abs(self.steps_per_tick * self.physics_dt - self.period) > 1e-9:
+            raise ConfigError(f'publish_rate_hz {p["publish_rate_hz"]} needs a period that is a '
+                              f'whole multiple of physics_dt {self.physics_dt}')
+        self.plant = SimPlant(model_path, p['joint_names'], self.physics_dt, p['kp'], p['kd'],
+                              truth=truth, command_mode=p['command_mode'],
+                              command_timeout=p['command_timeout_s'], seed=p['seed'],
+                              initial_position=p['initial_position'] or None)
+        self.rtf = p['real_time_factor']
+        self.publish_clock = p['publish_clock']
+        self.model_path = model_path
+
+        self.counters = dict(commands_received=0, commands_rejected=0, ticks=0, overruns=0)
+        self.last_reject = ''
+        self._lock = threading.Lock()
+        self._wall_last = None
+        self._sim_last = self.plant.time
+
+        group = MutuallyExclusiveCallbackGroup()
+        self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+        self.pub_imu = (self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
+                        if self.plant.floating_base else None)
+        self.pub_clock = (self.create_publisher(ClockMsg, '/clock', SENSOR_PUB_QOS)
+                          if self.publish_clock else None)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'hardware/command', self._on_command, COMMAND_QOS,
+                                 callback_group=group)
+        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self._running = True
+        if self.rtf > 0:
+            self.create_timer(self.period / self.rtf, self._tick, callback_group=group,
+                              clock=self._steady)
+        else:
+            self._thread = threading.Thread(target=self._free_run, daemon=True)
+            self._thread.start()
+        self.create_timer(1.0, self._publish_diagnostics, clock=self._steady)
+        self._diag_last = (time.monotonic(), 0, self.plant.time)
+        self.get_logger().info(
+            f'{model_path.name}: {self.plant.n} joints {self.plant.names}, physics '
+            f'{1 / self.physics_dt:.0f} Hz, joint_states {p["publish_rate_hz"]:.0f} Hz, '
+            f'{"real time" if self.rtf == 1.0 else f"real_time_factor {self.rtf:g}"}, '
+            f'{"hidden plant truth applied" if truth else "nominal model (no hidden plant)"}, '
+            f'command_mode {self.plant.command_mode}')
+
+    def _declare_parameters(self):
+        p = {}
+        p['model_path'] = declare(self, 'model_path', '', 'MJCF file: absolute, relative, or '
+                                  'package://simreal_ros/...', read_only=True)
+        p['joint_names'] = self._declare_array('joint_names', Parameter.Type.STRING_ARRAY,
+                                               'actuated joints exposed, by MJCF name')
+        p['physics_dt'] = declare(self, 'physics_dt', 0.001, 'physics step (s)', low=1e-5,
+                                  high=0.02, read_only=True)
+        p['publish_rate_hz'] = declare(self, 'publish_rate_hz', 500.0, 'joint_states rate (Hz)',
+                                       low=1.0, high=5000.0, read_only=True)
+        p['command_mode'] = declare(self, 'command_mode', 'position', "'position': PD at the "
+                                    "physics rate, as motor drivers do; 'effort': torque only",
+                                    read_only=True)
+        p['kp'] = self._declare_array('kp', Parameter.Type.DOUBLE_ARRAY,
+                                      'position gain per joint (N*m/rad)')
+        p['kd'] = self._declare_array('kd', Parameter.Type.DOUBLE_ARRAY,
+                                      'velocity gain per joint (N*m*s/rad)')
+        p['command_timeout_s'] = declare(self, 'command_timeout_s', 0.1, 'a joint without a new '
+                                         'command for this long gets damping (s)', low=0.001,
+                                         high=10.0, read_only=True)
+        p['real_time_factor'] = declare(self, 'real_time_factor', 1.0, 'simulated s per wall s; '
+                                        '0 = as fast as possible', low=0.0, high=100.0,
+                                        read_only=True)
+        p['publish_clock'] = declare(self, 'publish_clock', False, 'own /clock and stamp in '
+                                     'simulated time', read_only=True)
+        p['initial_position'] = self._declare_array('initial_position',
+                                                    Parameter.Type.DOUBLE_ARRAY,
+                                                    'initial joint positions (rad); empty = model')
+        p['seed'] = declare(self, 'seed', 0, 'sensor noise seed', low=0, read_only=True)
+        p['plant_enabled'] = declare(self, 'plant_enabled', True, 'apply the hidden plant truth',
+                                     read_only=True)
+        for key in PLANT_ARRAYS:
+            p['plant.' + key] = self._declare_array('plant.' + key, Parameter.Type.DOUBLE_ARRAY,
+                                                    f'hidden true {key} per joint')
+        for key in PLANT_SCALARS:
+            p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
+                                        read_only=True)
+        if not p['joint_names']:
+            raise ConfigError('parameter joint_names is empty: list the actuated joints to expose')
+        return p
+
+    def _declare_array(self, name, ptype, description):
+        from rcl_interfaces.msg import ParameterDescriptor
+        value = self.declare_parameter(
+            name, ptype, ParameterDescriptor(description=description, read_only=True)).value
+        return list(value) if value is not None else []
+
+    # -- commands -------------------------------------------------------------------------
+    def _on_command(self, msg):
+        self.counters['commands_received'] += 1
+        try:
+            cmd = self.plant.make_command(msg.name, msg.position, msg.velocity, msg.effort)
+        except ValueError as exc:
+            self.counters['commands_rejected'] += 1
+            self.last_reject = str(exc)
+            self.get_logger().warn(f'hardware/command rejected: {exc}',
+                                   throttle_duration_sec=2.0)
+            return
+        with self._lock:
+            self.plant.submit(cmd, self._arrival_time())
+
+    def _arrival_time(self):
+        """Map the wall-clock arrival to simulated time (the physics is computed lazily)."""
+        if self._wall_last is None or self.rtf <= 0:
+            return self._sim_last
+        elapsed = (time.perf_counter() - self._wall_last) * self.rtf
+        return self._sim_last + min(max(elapsed, 0.0), self.period)
+
+    # -- physics loop ---------------------------------------------------------------------
+    def _tick(self):
+        with self._lock:
+            self.plant.step(self.steps_per_tick)
+            self._sim_last = self.plant.time
+            self._wall_last = time.perf_counter()
+            reading = self.plant.measure()
+        self.counters['ticks'] += 1
+        try:
+            self._publish(reading)
+        except Exception:  # noqa: BLE001 - SIGTERM may invalidate the context mid-tick
+            if rclpy.ok():
+                raise
+
+    def _free_run(self):
+        while self._running and rclpy.ok():
+            self._tick()
+
+    def _publish(self, reading):
+        if self.publish_clock:
+            stamp = rclpy.time.Time(seconds=reading.time).to_msg()
+            self.pub_clock.publish(ClockMsg(clock=stamp))
+        else:
+            stamp = self.get_clock().now().to_msg()
+        msg = JointState()
+        msg.header.stamp = stamp
+        msg.name = self.plant.names
+        msg.position = reading.position.tolist()
+        msg.velocity = reading.velocity.tolist()
+        msg.effort = reading.effort.tolist()
+        self.pub_joint.publish(msg)
+        if self.pub_imu is not None:
+            imu = Imu()
+            imu.header.stamp = stamp
+            imu.header.frame_id = self.plant.model.body(self.plant.base_body).name
+            w, x, y, z = reading.orientation
+            imu.orientation.w, imu.orientation.x = float(w), float(x)
+            imu.orientation.y, imu.orientation.z = float(y), float(z)
+            (imu.angular_velocity.x, imu.angular_velocity.y,
+             imu.angular_velocity.z) = (float(v) for v in reading.angular_velocity)
+            (imu.linear_acceleration.x, imu.linear_acceleration.y,
+             imu.linear_acceleration.z) = (float(v) for v in reading.linear_acceleration)
+            self.pub_imu.publish(imu)
+
+    def _publish_diagnostics(self):
+        now = time.monotonic()
+        t0, ticks0, sim0 = self._diag_last
+        ticks, sim = self.counters['ticks'], self.plant.time
+        self._diag_last = (now, ticks, sim)
+        dt = max(now - t0, 1e-9)
+        rate = (ticks - ticks0) / dt
+        status = DiagnosticStatus(name='sim_robot: physics', hardware_id=str(self.model_path))
+        rejected = self.counters['commands_rejected']
+        if rejected:
+            status.level = DiagnosticStatus.WARN
+            status.message = f'{rejected} commands rejected (last: {self.last_reject})'
+        else:
+            status.level = DiagnosticStatus.OK
+            status.message = f'running, {rate:.0f} Hz'
+        values = dict(self.counters, command_timeouts=self.plant.timeouts,
+                      publish_rate_hz=f'{rate:.1f}', real_time_factor=f'{(sim - sim0) / dt:.3f}',
+                      sim_time_s=f'{sim:.3f}', last_reject=self.last_reject)
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        out = DiagnosticArray(status=[status])
+        out.header.stamp = self.get_clock().now().to_msg()
+        self.pub_diag.publish(out)
+
+    def destroy_node(self):
+        self._running = False
+        return super().destroy_node()
+
+
+def main(args=None):
+    """Run the sim_robot node."""
+    raise SystemExit(run(SimRobot, args))
+
+
+if __name__ == '__main__':
+    main()
