@@ -1,0 +1,320 @@
+"""Run an ONNX policy with onnxruntime on the CPU, carrying recurrent state between steps.
+
+The session uses a fixed, small thread count (a control loop shares the CPU with the rest of the
+robot). Inputs other than the observation are recurrent state: each is paired with an output by
+name (`h_in`/`h_out`, `c_in`/`c_out`, `in_h`/`out_h`, `x`/`x_out`, `..._in...`/`..._out...`) or,
+failing that, by a unique matching shape; the pairs are fed back every step and zeroed on reset.
+A policy whose state cannot be paired is refused at start-up with the names and shapes.
+
+ONNX metadata (`custom_metadata_map`), when the exporter wrote it (mjlab / Isaac Lab style keys
+`joint_names`, `default_joint_pos`, `action_scale`, `joint_stiffness`, `joint_damping`, as CSV or
+JSON lists), is read and compared with the configuration by `check_metadata`.
+"""
+import json
+import os
+import re
+
+import numpy as np
+import onnxruntime as ort
+
+from simreal_ros.core.config import ConfigError
+
+_DTYPES = {'tensor(float)': np.float32, 'tensor(double)': np.float64,
+           'tensor(float16)': np.float16}
+
+
+def _shape(dims, default=1):
+    """Concrete shape of an ONNX value: symbolic / unknown dimensions become `default`."""
+    return tuple(d if isinstance(d, int) and d > 0 else default for d in dims)
+
+
+def _state_partner_names(name):
+    """Output names a state input `name` may be paired with, most specific first."""
+    out = []
+    for pattern, repl in ((r'_in$', '_out'), (r'^in_', 'out_'), (r'_in_', '_out_'),
+                          (r'In$', 'Out'), (r'in$', 'out'), (r'^in', 'out')):
+        if re.search(pattern, name):
+            out.append(re.sub(pattern, repl, name))
+    out.append(name + '_out')
+    out.append('next_' + name)
+    return out
+
+
+class PolicySession:
+    """An onnxruntime session with the observation input, the action output and state pairs."""
+
+    def __init__(self, path, threads=1, input_name='', output_name=''):
+        self.path = str(path)
+        if not os.path.isfile(self.path):
+            raise ConfigError(f'policy_path {self.path!r} is not a file')
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = int(threads)
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(self.path, sess_options=opts,
+                                                providers=['CPUExecutionProvider'])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
+            raise ConfigError(f'cannot load the ONNX policy {self.path}: {exc}') from exc
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        outputs = {o.name: o for o in self.session.get_outputs()}
+        self._pair_io(inputs, outputs, input_name, output_name)
+        self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
+        self.reset()
+
+    def _describe(self, values):
+        return ', '.join(f'{v.name} {list(v.shape)} {v.type}' for v in values.values())
+
+    def _pair_io(self, inputs, outputs, input_name, output_name):
+        io = f'inputs: {self._describe(inputs)}; outputs: {self._describe(outputs)}'
+        for v in list(inputs.values()) + list(outputs.values()):
+            if v.type not in _DTYPES:
+                raise ConfigError(f'{self.path}: {v.name} has type {v.type}; only float tensors '
+                                  f'are supported ({io})')
+        if input_name:
+            if input_name not in inputs:
+                raise ConfigError(f'input_name {input_name!r} is not an input of {self.path} '
+                                  f'({io})')
+            obs = input_name
+        elif len(inputs) == 1:
+            obs = next(iter(inputs))
+        else:
+            candidates = [n for n in inputs if n in ('obs', 'observation', 'observations',
+                                                     'input', 'policy')]
+            if len(candidates) != 1:
+                raise ConfigError(f'{self.path} has several inputs and none is named obs; set '
+                                  f'input_name ({io})')
+            obs = candidates[0]
+        state_inputs = [n for n in inputs if n != obs]
+        pairs = []
+        free_out = dict(outputs)
+        for name in state_inputs:
+            partner = next((p for p in _state_partner_names(name) if p in free_out), None)
+            if partner is not None:
+                pairs.append((name, partner))
+                free_out.pop(partner)
+        unpaired = [n for n in state_inputs if n not in dict(pairs)]
+        for name in unpaired:  # by unique shape among the outputs left (excluding the action)
+            shape = _shape(inputs[name].shape)
+            same = [o for o in free_out if o != output_name
+                    and _shape(free_out[o].shape) == shape]
+            if len(same) != 1:
+                raise ConfigError(f'{self.path}: cannot pair recurrent state input {name!r} '
+                                  f'{list(shape)} with an output (name it X_in/X_out or give '
+                                  f'it a unique shape; {io})')
+            pairs.append((name, same[0]))
+            free_out.pop(same[0])
+        if output_name:
+            if output_name not in free_out:
+                raise ConfigError(f'output_name {output_name!r} is not a free output of '
+                                  f'{self.path} ({io})')
+            act = output_name
+        elif len(free_out) == 1:
+            act = next(iter(free_out))
+        else:
+            candidates = [n for n in free_out if n in ('actions', 'action', 'output', 'mu')]
+            if len(candidates) != 1:
+                raise ConfigError(f'{self.path}: cannot tell the action output among '
+                                  f'{sorted(free_out)}; set output_name ({io})')
+            act = candidates[0]
+        for i_name, o_name in pairs:
+            si, so = _shape(inputs[i_name].shape), _shape(outputs[o_name].shape)
+            if si != so:
+                raise ConfigError(f'{self.path}: state {i_name} {list(si)} and {o_name} '
+                                  f'{list(so)} have different shapes')
+        self.input_name = obs
+        self.output_name = act
+        self.state_pairs = pairs
+        self._in_dtype = _DTYPES[inputs[obs].type]
+        self._obs_shape = _shape(inputs[obs].shape)
+        obs_dims = inputs[obs].shape
+        self.obs_size = obs_dims[-1] if obs_dims and isinstance(obs_dims[-1], int) else None
+        act_dims = outputs[act].shape
+        self.action_size = act_dims[-1] if act_dims and isinstance(act_dims[-1], int) else None
+        self._state_spec = {i: (_shape(inputs[i].shape), _DTYPES[inputs[i].type])
+                            for i, _ in pairs}
+        self._outputs = [act] + [o for _, o in pairs]
+
+    @property
+    def recurrent(self):
+        return bool(self.state_pairs)
+
+    def reset(self):
+        """Zero the recurrent state."""
+        self.state = {name: np.zeros(shape, dtype) for name, (shape, dtype)
+                      in self._state_spec.items()}
+
+    def run(self, observation):
+        """Return the action (float64, 1-D) for one observation; carry the recurrent state.
+
+        The state advances only when every output is finite, so one bad step does not poison
+        the next; the caller must never use a non-finite action.
+        """
+        obs = np.asarray(observation, dtype=self._in_dtype).reshape(self._obs_shape)
+        feeds = {self.input_name: obs}
+        feeds.update(self.state)
+        results = self.session.run(self._outputs, feeds)
+        action = np.asarray(results[0], dtype=float).reshape(-1)
+        new_state = {i: r for (i, _), r in zip(self.state_pairs, results[1:])}
+        if np.all(np.isfinite(action)) and all(np.all(np.isfinite(v))
+                                               for v in new_state.values()):
+            self.state = new_state
+        return action
+
+
+def _parse_list(text):
+    text = str(text).strip()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = [s.strip() for s in text.split(',') if s.strip()]
+    return value if isinstance(value, list) else [value]
+
+
+def check_metadata(metadata, path, joint_names, default_position=None, action_scale=None,
+                   kp=None, kd=None, atol=1e-3):
+    """Compare ONNX metadata with the configuration.
+
+    Return (problems, notes): problems are mismatches that must stop the start-up, notes say
+    what was checked or absent.
+    """
+    problems, notes = [], []
+    if not metadata:
+        return problems, [f'{path} has no metadata; the configuration is not cross-checked']
+    if 'joint_names' in metadata:
+        names = [str(n) for n in _parse_list(metadata['joint_names'])]
+        if names != list(joint_names):
+            problems.append(f'joint order: the policy was exported with {names}, the config '
+                            f'policy_joint_names is {list(joint_names)}')
+        else:
+            notes.append('joint_names match the metadata')
+    numeric = (('default_joint_pos', default_position, 'default_position'),
+               ('action_scale', action_scale, 'action.scale'),
+               ('joint_stiffness', kp, 'kp'), ('joint_damping', kd, 'kd'))
+    for key, configured, param in numeric:
+        if key not in metadata:
+            continue
+        try:
+            meta = np.asarray([float(v) for v in _parse_list(metadata[key])])
+        except ValueError:
+            problems.append(f'metadata {key} is not a list of numbers: {metadata[key]!r}')
+            continue
+        if configured is None or np.asarray(configured).size == 0:
+            notes.append(f'metadata {key} present but {param} not configured: not checked')
+            continue
+        conf = np.asarray(configured, dtype=float).reshape(-1)
+        if meta.size == 1:
+            meta = np.full(conf.size, meta[0])
+        if conf.size == 1:
+            conf = np.full(meta.size, conf[0])
+        if meta.size != conf.size or not np.allclose(meta, conf, atol=atol, rtol=1e-3):
+            problems.append(f'{param} is {conf.tolist()} but the policy metadata {key} is '
+                            f'{meta.tolist()}')
+        else:
+            notes.append(f'{param} matches the metadata {key}')
+    return problems, notes
+
+
+# The policy_runner parameters other than the observation terms: (name, default, description,
+# low, high). None = not set (dynamically typed). The node declares these with descriptors.
+RUNNER_PARAMETERS = (
+    ('joint_names', None, "the driver's joint names (usually from the '/**' section)", None, None),
+    ('policy_path', '', 'ONNX policy file (absolute, relative, or package://simreal_ros/...)',
+     None, None),
+    ('policy_joint_names', None, "the policy's joint order (default: joint_names)", None, None),
+    ('default_position', None, 'default pose, policy joint order (rad)', None, None),
+    ('rate_hz', 100.0, 'policy rate on ROS time (Hz)', 1.0, 2000.0),
+    ('threads', 1, 'onnxruntime intra-op threads', 1, 8),
+    ('input_name', '', 'ONNX observation input (empty: the only / "obs" input)', None, None),
+    ('output_name', '', 'ONNX action output (empty: the only non-state output)', None, None),
+    ('observation.terms', None, 'observation terms, in order', None, None),
+    ('observation.clip', 0.0, 'clip of the whole observation (0 = none)', 0.0, None),
+    ('action.mode', 'position', "'position' (targets for the driver PD) or 'effort'", None,
+     None),
+    ('action.scale', 1.0, 'action scale: one value or one per policy joint', None, None),
+    ('action.clip', 0.0, 'clip of the raw action before scaling (0 = none)', 0.0, None),
+    ('kp', None, 'gains the policy was trained with, checked against ONNX metadata', None,
+     None),
+    ('kd', None, 'damping the policy was trained with, checked against ONNX metadata', None,
+     None),
+)
+
+
+class PolicyController:
+    """Observation builder + ONNX session + action processor, checked against each other."""
+
+    def __init__(self, params, source='policy_runner', base_dir=None):
+        from simreal_ros.core.actions import ActionProcessor
+        from simreal_ros.core.config import resolve_path
+        from simreal_ros.core.observation import JointMap, ObservationBuilder
+
+        driver = params.get('joint_names') or []
+        policy_names = params.get('policy_joint_names') or driver
+        self.joint_map = JointMap(policy_names, driver, source)
+        n = self.joint_map.n
+        default = params.get('default_position')
+        default = np.zeros(n) if default is None else np.asarray(default, float).reshape(-1)
+        if default.size != n or not np.all(np.isfinite(default)):
+            raise ConfigError(f'{source}: default_position needs {n} finite values (policy '
+                              f'joint order), got {default.tolist()}')
+        self.default_position = default
+        path = resolve_path(params.get('policy_path'), what=f'{source} parameter policy_path',
+                            relative_to=base_dir)
+        self.session = PolicySession(path, int(params.get('threads') or 1),
+                                     params.get('input_name') or '',
+                                     params.get('output_name') or '')
+        self.builder = ObservationBuilder.from_params(params, n, default, source)
+        self.builder.check_length(self.session.obs_size,
+                                  f'{self.session.input_name!r} of {path}')
+        if self.session.action_size is not None and self.session.action_size != n:
+            raise ConfigError(f'{path}: the action output {self.session.output_name!r} has '
+                              f'{self.session.action_size} values but policy_joint_names has '
+                              f'{n} joints')
+        self.actions = ActionProcessor(n, params.get('action.mode') or 'position',
+                                       params.get('action.scale', 1.0),
+                                       params.get('action.clip') or 0.0, default, source)
+        problems, self.metadata_notes = check_metadata(
+            self.session.metadata, path, self.joint_map.policy_names, default,
+            self.actions.scale, params.get('kp'), params.get('kd'))
+        if problems:
+            raise ConfigError(f'{source}: the configuration does not match the policy '
+                              'metadata: ' + '; '.join(problems))
+        self.path = path
+        self.command_names = self.joint_map.command_names
+
+    @property
+    def needs_imu(self):
+        return self.builder.needs_imu
+
+    def reset(self, origin_time=0.0):
+        """Zero recurrent state, last action and history."""
+        self.session.reset()
+        self.builder.reset(origin_time)
+
+    def inputs(self, time, names, position, velocity, imu_xyzw=None, angular_velocity=None,
+               command=None):
+        """Build Inputs from message fields (driver names; ROS quaternion order x, y, z, w)."""
+        from simreal_ros.core.observation import Inputs
+        vel = velocity if len(velocity) else np.zeros(len(names))
+        orientation = None
+        if imu_xyzw is not None:
+            x, y, z, w = imu_xyzw
+            orientation = np.array([w, x, y, z], dtype=float)
+        return Inputs(float(time), self.joint_map.to_policy(names, position),
+                      self.joint_map.to_policy(names, vel), orientation,
+                      None if angular_velocity is None else np.asarray(angular_velocity, float),
+                      None if command is None else np.asarray(command, float))
+
+    def step(self, inputs):
+        """Return (targets in command_names order, raw action); raise ValueError when unusable.
+
+        A non-finite action raises and changes nothing (last action, recurrent state).
+        """
+        obs = self.builder.build(inputs)
+        if not np.all(np.isfinite(obs)):
+            raise ValueError('the observation is not finite (check joint_states and imu)')
+        action = self.session.run(obs)
+        targets = self.actions.process(action)  # raises on non-finite
+        self.builder.set_last_action(action)
+        return self.joint_map.to_command(targets), action
