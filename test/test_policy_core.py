@@ -1,0 +1,102 @@
+"""Policy session and controller without ROS: state pairing, reset, metadata, bad outputs."""
+import importlib.util
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from simreal_ros.core.actions import ActionProcessor
+from simreal_ros.core.config import ConfigError, load_node_params
+from simreal_ros.core.policy import PolicyController, PolicySession
+
+_spec = importlib.util.spec_from_file_location('onnx_policies',
+                                               REPO / 'scripts' / 'onnx_policies.py')
+onnx_policies = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(onnx_policies)
+
+ARM3 = REPO / 'config' / 'robots' / 'arm3.yaml'
+
+
+def arm3_params(tmp_path, **overrides):
+    params = load_node_params(ARM3, 'policy_runner')
+    params['policy_path'] = onnx_policies.arm3(str(tmp_path / 'arm3.onnx'), nan_gate=9)
+    params.update(overrides)
+    return params
+
+
+def test_recurrent_state_is_carried_and_zeroed_on_reset(tmp_path):
+    path = onnx_policies.recurrent(str(tmp_path / 'rnn.onnx'), 4, 2, hidden=8)
+    s = PolicySession(path)
+    assert s.state_pairs == [('h_in', 'h_out')] and s.obs_size == 4
+    obs = np.array([0.5, -0.2, 0.1, 0.3])
+    first = s.run(obs)
+    second = s.run(obs)
+    assert np.abs(second - first).max() > 1e-3   # same input, different state -> different
+    s.reset()
+    np.testing.assert_array_equal(s.run(obs), first)
+
+
+def test_state_paired_by_shape_when_names_do_not_say(tmp_path):
+    path = onnx_policies.recurrent(str(tmp_path / 'rnn.onnx'), 4, 2, hidden=5,
+                                   names=('memory', 'new_memory'))
+    s = PolicySession(path)
+    assert s.state_pairs == [('memory', 'new_memory')] and s.output_name == 'actions'
+
+
+def test_g1_lstm_pairs_h_and_c(g1_dir):
+    s = PolicySession(g1_dir / 'policy.onnx')
+    assert sorted(s.state_pairs) == [('c_in', 'c_out'), ('h_in', 'h_out')]
+    assert (s.input_name, s.output_name, s.obs_size, s.action_size) == ('obs', 'actions', 47, 12)
+
+
+def test_observation_length_mismatch_is_refused_with_the_terms(tmp_path):
+    params = arm3_params(tmp_path)
+    params['observation.terms'] = ['joint_pos', 'joint_vel', 'last_action']
+    with pytest.raises(ConfigError) as err:
+        PolicyController(params)
+    text = str(err.value)
+    assert 'observation length 9' in text and 'length 12' in text
+    assert 'last_action (last_action): 3 = 3' in text
+
+
+def test_missing_joints_are_named_at_start_up(tmp_path):
+    params = arm3_params(tmp_path, policy_joint_names=['shoulder_yaw', 'wrist', 'elbow_pitch'])
+    with pytest.raises(ConfigError, match=r"\['wrist'\] are not among the driver"):
+        PolicyController(params)
+
+
+def test_metadata_mismatch_is_refused(tmp_path):
+    # The arm3 policy's metadata says action_scale 0.5 and the arm3 joint order.
+    with pytest.raises(ConfigError, match='action.scale is .*metadata action_scale'):
+        PolicyController(arm3_params(tmp_path, **{'action.scale': 0.25}))
+    order = ['elbow_pitch', 'shoulder_pitch', 'shoulder_yaw']
+    with pytest.raises(ConfigError, match='joint order: the policy was exported with'):
+        PolicyController(arm3_params(tmp_path, policy_joint_names=order,
+                                     default_position=[0.0, 0.0, 0.0]))
+    ctl = PolicyController(arm3_params(tmp_path))
+    assert 'joint_names match the metadata' in ctl.metadata_notes
+
+
+def test_non_finite_output_raises_and_changes_nothing(tmp_path):
+    ctl = PolicyController(arm3_params(tmp_path))
+    names = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
+    inp = ctl.inputs(0.0, names, [0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
+    targets, action = ctl.step(inp)
+    assert np.all(np.isfinite(targets))
+    last = ctl.builder.last_action.copy()
+    bad = ctl.inputs(0.0, names, [0.1, 0.2, 0.3], [0.0, 0.0, 0.0], command=[-3.0, 0, 0])
+    with pytest.raises(ValueError, match='not finite'):
+        ctl.step(bad)
+    np.testing.assert_array_equal(ctl.builder.last_action, last)
+
+
+def test_action_processing_clip_scale_offset_and_effort_mode():
+    p = ActionProcessor(2, 'position', scale=[0.5, 2.0], clip=1.0, default_position=[0.1, 0.2])
+    np.testing.assert_allclose(p.process([3.0, -0.5]), [0.6, -0.8])
+    assert p.clipped == 1
+    e = ActionProcessor(2, 'effort', scale=10.0, default_position=[0.1, 0.2])
+    np.testing.assert_allclose(e.process([0.3, -0.5]), [3.0, -5.0])
+    with pytest.raises(ValueError, match='not finite'):
+        e.process([np.nan, 0.0])
+    with pytest.raises(ConfigError, match='action.mode'):
+        ActionProcessor(2, 'velocity')
