@@ -318,3 +318,48 @@ class PolicyController:
         targets = self.actions.process(action)  # raises on non-finite
         self.builder.set_last_action(action)
         return self.joint_map.to_command(targets), action
+
+
+class LoopTiming:
+    """Per-tick timing of a control loop, summarised as percentiles for diagnostics/benches."""
+
+    KEYS = ('period_err_ms', 'inference_us', 'obs_age_ms', 'e2e_latency_ms')
+
+    def __init__(self, period_s, keep=100000):
+        from collections import deque
+        self.period_s = float(period_s)
+        self.samples = {k: deque(maxlen=keep) for k in self.KEYS}
+        self.deadline_misses = 0
+        self._last_tick = None
+
+    def tick(self, t):
+        """Record a tick that started at time t (s); count a miss when a period was skipped."""
+        if self._last_tick is not None:
+            interval = t - self._last_tick
+            self.samples['period_err_ms'].append(abs(interval - self.period_s) * 1e3)
+            if interval > 1.5 * self.period_s:
+                self.deadline_misses += int(round(interval / self.period_s)) - 1
+        self._last_tick = t
+
+    def restart(self):
+        """Forget the previous tick (after a pause, e.g. while disabled)."""
+        self._last_tick = None
+
+    def record(self, key, value):
+        self.samples[key].append(float(value))
+
+    def overrun(self, compute_s):
+        """Count a miss when one tick's work took longer than the period."""
+        if compute_s > self.period_s:
+            self.deadline_misses += 1
+
+    def summary(self):
+        """Return {key_p50, key_p99, key_max} for every key with samples, plus misses."""
+        out = {'deadline_misses': self.deadline_misses}
+        for key, values in self.samples.items():
+            if values:
+                arr = np.fromiter(values, float)
+                out[key + '_p50'] = float(np.percentile(arr, 50))
+                out[key + '_p99'] = float(np.percentile(arr, 99))
+                out[key + '_max'] = float(arr.max())
+        return out

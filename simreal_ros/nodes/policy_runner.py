@@ -1,0 +1,284 @@
+"""policy_runner: run an ONNX policy on joint_states / imu / cmd_vel and publish joint targets.
+
+The observation, the policy's joint order, the action processing and the rate come from the
+robot's parameter file (`policy_runner` section); the maths lives in simreal_ros.core.
+
+    ros2 run simreal_ros policy_runner --ros-args --params-file config/robots/g1_12dof.yaml
+    ros2 service call /policy_runner/enable std_srvs/srv/SetBool "{data: true}"
+    ros2 service call /policy_runner/reset std_srvs/srv/Trigger
+    ros2 topic pub --once /cmd_vel geometry_msgs/msg/Twist "{linear: {x: 0.5}}"
+
+It starts disabled and publishes nothing until enabled. Every tick (a timer at `rate_hz` on ROS
+time, so `use_sim_time` works) it takes the newest `joint_states` (and `imu` when the
+observation needs it); inputs older than `max_input_age_s` are not used: that tick publishes
+nothing, and it is counted and reported (the safety_supervisor turns silence into a safe state).
+A non-finite policy output is never published. `policy/command` (sensor_msgs/JointState) names
+the driver's joints and carries the stamp of the joint_states the command was computed from.
+Per-tick timing (period error, inference time, observation age, latency, deadline misses) goes to
+`/diagnostics`.
+
+With `lockstep: true` (for sim_robot's lockstep mode) a command is computed once per new
+observation stamp, when joint_states and imu of that stamp have both arrived, instead of on the
+timer: the simulation waits for it, so the ROS path can be compared step by step with a
+reference loop.
+"""
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Twist
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from sensor_msgs.msg import Imu, JointState
+from std_srvs.srv import SetBool, Trigger
+
+from simreal_ros.core.config import ConfigError
+from simreal_ros.core.observation import term_parameters
+from simreal_ros.core.policy import RUNNER_PARAMETERS, LoopTiming, PolicyController
+from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS, declare, run, stamp_to_sec
+
+
+class PolicyRunner(Node):
+    """Timer-driven ONNX policy loop between the driver topics and policy/command."""
+
+    NODE_NAME = 'policy_runner'
+
+    def __init__(self):
+        super().__init__(self.NODE_NAME)
+        params = self._declare_parameters()
+        self.ctl = PolicyController(params, source=f'{self.get_name()} parameters')
+        self.period = 1.0 / float(params['rate_hz'])
+        self.max_age = float(params['max_input_age_s'])
+        self.cmd_timeout = float(params['cmd_vel_timeout_s'])
+        self.lockstep = bool(params['lockstep'])
+        self.enabled = False
+        self.counters = dict(ticks=0, published=0, stale_ticks=0, bad_input=0, non_finite=0,
+                             resets=0, lockstep_steps=0)
+        self.last_problem = ''
+        self.timing = LoopTiming(self.period)
+        self._lock = threading.Lock()
+        self._joint = None   # (msg, arrival monotonic)
+        self._imu = None
+        self._cmd = None     # (msg, arrival ROS time s)
+        self._last_stamp = None   # lockstep: the observation stamp last computed
+
+        control = MutuallyExclusiveCallbackGroup()
+        inputs = MutuallyExclusiveCallbackGroup()
+        self.pub_cmd = self.create_publisher(JointState, 'policy/command', COMMAND_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_states,
+                                 SENSOR_SUB_QOS, callback_group=inputs)
+        if self.ctl.needs_imu:
+            self.create_subscription(Imu, 'imu', self._on_imu, SENSOR_SUB_QOS,
+                                     callback_group=inputs)
+        self.create_subscription(Twist, 'cmd_vel', self._on_cmd_vel, 10, callback_group=inputs)
+        self.create_service(SetBool, '~/enable', self._on_enable, callback_group=control)
+        self.create_service(Trigger, '~/reset', self._on_reset, callback_group=control)
+        self.create_timer(self.period, self._tick, callback_group=control)
+        self.create_timer(1.0, self._publish_diagnostics,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        session = self.ctl.session
+        state = f'recurrent state {session.state_pairs}' if session.recurrent else 'no state'
+        self.get_logger().info(
+            f'{self.ctl.path.name}: {self.ctl.builder.size} observations '
+            f'[{self.ctl.builder.describe()}] -> {self.ctl.joint_map.n} '
+            f'{self.ctl.actions.mode} targets at {1 / self.period:g} Hz'
+            f'{" (lockstep)" if self.lockstep else ""}; {state}; '
+            f'metadata: {"; ".join(self.ctl.metadata_notes)}. Disabled until '
+            f'{self.get_name()}/enable')
+
+    # -- parameters -----------------------------------------------------------------------
+    def _declare_parameters(self):
+        p = {}
+        for name, default, description, low, high in RUNNER_PARAMETERS:
+            p[name] = self._declare(name, default, description, low, high)
+        p['max_input_age_s'] = self._declare(
+            'max_input_age_s', 0.02, 'inputs older than this (by header stamp, ROS time) are '
+            'not used: the tick publishes nothing and is counted (s)', 0.0, 10.0)
+        p['cmd_vel_timeout_s'] = self._declare(
+            'cmd_vel_timeout_s', 0.0, 'after this long without cmd_vel the configured default '
+            'command is used again (s); 0 = keep the last one', 0.0, 3600.0)
+        p['lockstep'] = self._declare(
+            'lockstep', False, 'compute once per new observation stamp (with sim_robot '
+            'lockstep) instead of on the timer', None, None)
+        terms = p.get('observation.terms') or []
+        if isinstance(terms, str) or not all(isinstance(t, str) for t in terms):
+            raise ConfigError('parameter observation.terms must be a list of term names')
+        for term in terms:
+            kind = self._declare(f'observation.{term}.kind', term,
+                                 f'kind of observation term {term!r}', None, None)
+            for key, default, description in term_parameters(term, kind):
+                if key == 'kind':
+                    continue
+                p[f'observation.{term}.{key}'] = self._declare(
+                    f'observation.{term}.{key}', default, description, None, None)
+            p[f'observation.{term}.kind'] = kind
+        return p
+
+    def _declare(self, name, default, description, low, high):
+        value = declare(self, name, default, description, low=low, high=high, read_only=True,
+                        dynamic_typing=True)
+        return list(value) if isinstance(value, (list, tuple)) or hasattr(value, 'tolist') \
+            else value
+
+    # -- inputs ---------------------------------------------------------------------------
+    def _on_joint_states(self, msg):
+        self._joint = (msg, time.perf_counter())
+        if self.lockstep:
+            self._lockstep_try()
+
+    def _on_imu(self, msg):
+        self._imu = (msg, time.perf_counter())
+        if self.lockstep:
+            self._lockstep_try()
+
+    def _on_cmd_vel(self, msg):
+        self._cmd = (msg, self._now())
+
+    def _now(self):
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # -- services -------------------------------------------------------------------------
+    def _on_enable(self, request, response):
+        with self._lock:
+            if request.data and not self.enabled:
+                self.ctl.reset(self._now())
+                self.timing.restart()
+            self.enabled = bool(request.data)
+        response.success = True
+        response.message = ('enabled: publishing policy/command' if self.enabled
+                            else 'disabled: publishing nothing')
+        self.get_logger().info(response.message)
+        if self.enabled and self.lockstep:
+            self._lockstep_try()
+        return response
+
+    def _on_reset(self, request, response):
+        with self._lock:
+            self.ctl.reset(self._now())
+            self.counters['resets'] += 1
+        response.success = True
+        response.message = 'recurrent state, last action and history zeroed'
+        return response
+
+    # -- the loop -------------------------------------------------------------------------
+    def _tick(self):
+        if self.lockstep:
+            return
+        now = self._now()
+        wall0 = time.perf_counter()
+        with self._lock:
+            self.counters['ticks'] += 1
+            if not self.enabled:
+                return
+            self.timing.tick(now)
+            joint, imu = self._joint, self._imu
+            stale = self._stale(joint, 'joint_states', now)
+            if not stale and self.ctl.needs_imu:
+                stale = self._stale(imu, 'imu', now)
+            if stale:
+                self.counters['stale_ticks'] += 1
+                self.last_problem = stale
+                self.get_logger().warning(f'not publishing: {stale}', throttle_duration_sec=2.0)
+                return
+            self._compute_and_publish(joint, imu, now)
+        self.timing.overrun(time.perf_counter() - wall0)
+
+    def _stale(self, entry, topic, now):
+        if entry is None:
+            return f'no {topic} received yet'
+        age = now - stamp_to_sec(entry[0].header.stamp)
+        if age > self.max_age:
+            return f'{topic} is {age * 1e3:.1f} ms old (max_input_age_s {self.max_age:g})'
+        return ''
+
+    def _lockstep_try(self):
+        """Compute for the newest observation once joint_states and imu share its stamp."""
+        with self._lock:
+            joint, imu = self._joint, self._imu
+            if not self.enabled or joint is None:
+                return
+            stamp = stamp_to_sec(joint[0].header.stamp)
+            if self.ctl.needs_imu and (imu is None
+                                       or stamp_to_sec(imu[0].header.stamp) != stamp):
+                return
+            if self._last_stamp is not None and stamp <= self._last_stamp:
+                return
+            self._last_stamp = stamp
+            self.counters['lockstep_steps'] += 1
+            self._compute_and_publish(joint, imu, self._now())
+
+    def _compute_and_publish(self, joint, imu, now):
+        msg, arrival = joint
+        stamp = stamp_to_sec(msg.header.stamp)
+        command = None
+        if self._cmd is not None and (self.cmd_timeout <= 0
+                                      or now - self._cmd[1] <= self.cmd_timeout):
+            tw = self._cmd[0]
+            command = (tw.linear.x, tw.linear.y, tw.angular.z)
+        try:
+            imu_q = imu_w = None
+            if imu is not None:
+                o, w = imu[0].orientation, imu[0].angular_velocity
+                imu_q, imu_w = (o.x, o.y, o.z, o.w), (w.x, w.y, w.z)
+            inputs = self.ctl.inputs(stamp, msg.name, msg.position, msg.velocity, imu_q, imu_w,
+                                     command)
+            t0 = time.perf_counter()
+            targets, _ = self.ctl.step(inputs)
+            inference = time.perf_counter() - t0
+        except ValueError as exc:
+            key = 'non_finite' if 'not finite' in str(exc) else 'bad_input'
+            self.counters[key] += 1
+            self.last_problem = str(exc)
+            self.get_logger().error(f'not publishing: {exc}', throttle_duration_sec=2.0)
+            return
+        out = JointState()
+        out.header.stamp = msg.header.stamp
+        out.name = self.ctl.command_names
+        if self.ctl.actions.mode == 'position':
+            out.position = targets.tolist()
+        else:
+            out.effort = targets.tolist()
+        self.pub_cmd.publish(out)
+        published = time.perf_counter()
+        self.counters['published'] += 1
+        self.timing.record('inference_us', inference * 1e6)
+        self.timing.record('e2e_latency_ms', (published - arrival) * 1e3)
+        self.timing.record('obs_age_ms', (self._now() - stamp) * 1e3)
+
+    # -- diagnostics ----------------------------------------------------------------------
+    def _publish_diagnostics(self):
+        with self._lock:
+            summary = self.timing.summary()
+            counters = dict(self.counters)
+        status = DiagnosticStatus(name=f'{self.get_name()}: loop',
+                                  hardware_id=str(self.ctl.path))
+        problems = counters['stale_ticks'] + counters['bad_input'] + counters['non_finite']
+        if not self.enabled:
+            status.level, status.message = DiagnosticStatus.OK, 'disabled'
+        elif problems:
+            status.level = DiagnosticStatus.WARN
+            status.message = (f'{counters["stale_ticks"]} stale ticks, {counters["bad_input"]} '
+                              f'bad inputs, {counters["non_finite"]} non-finite outputs '
+                              f'(last: {self.last_problem})')
+        else:
+            status.level, status.message = DiagnosticStatus.OK, 'running'
+        values = dict(counters, enabled=self.enabled, rate_hz=1 / self.period,
+                      observation_clipped=self.ctl.builder.clipped,
+                      action_clipped=self.ctl.actions.clipped, last_problem=self.last_problem)
+        values.update({k: (f'{v:.4f}' if isinstance(v, float) else v)
+                       for k, v in summary.items()})
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        out = DiagnosticArray(status=[status])
+        out.header.stamp = self.get_clock().now().to_msg()
+        self.pub_diag.publish(out)
+
+
+def main(args=None):
+    """Run the policy_runner node."""
+    raise SystemExit(run(PolicyRunner, args))
+
+
+if __name__ == '__main__':
+    main()
