@@ -1,0 +1,178 @@
+"""policy_runner as its own process against a real sim_robot process, over real DDS."""
+import importlib.util
+import math
+import threading
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+import pytest
+import rclpy
+from sensor_msgs.msg import JointState
+from std_srvs.srv import SetBool, Trigger
+
+from conftest import REPO
+from rosproc import NodeProcess, Spinner, wait_for
+from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS, stamp_to_sec
+
+pytestmark = pytest.mark.ros
+ARM = 'config/robots/arm3.yaml'
+NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
+
+_spec = importlib.util.spec_from_file_location('onnx_policies',
+                                               REPO / 'scripts' / 'onnx_policies.py')
+onnx_policies = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(onnx_policies)
+
+
+class Probe:
+    """Records policy/command, joint_states stamps and the runner's diagnostics."""
+
+    def __init__(self):
+        self.node = rclpy.create_node('policy_runner_probe')
+        self.lock = threading.Lock()
+        self.commands, self.state_stamps, self.diag = [], set(), {}
+        self.node.create_subscription(JointState, 'policy/command', self._on_command,
+                                      COMMAND_QOS)
+        self.node.create_subscription(JointState, 'joint_states', self._on_state,
+                                      SENSOR_SUB_QOS)
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 10)
+        self.cmd_vel = self.node.create_publisher(Twist, 'cmd_vel', 10)
+        self.enable = self.node.create_client(SetBool, 'policy_runner/enable')
+        self.reset = self.node.create_client(Trigger, 'policy_runner/reset')
+        self.spinner = Spinner(self.node)
+
+    def _on_command(self, msg):
+        with self.lock:
+            self.commands.append(msg)
+
+    def _on_state(self, msg):
+        with self.lock:
+            self.state_stamps.add((msg.header.stamp.sec, msg.header.stamp.nanosec))
+
+    def _on_diag(self, msg):
+        for status in msg.status:
+            if status.name == 'policy_runner: loop':
+                with self.lock:
+                    self.diag = {kv.key: kv.value for kv in status.values}
+
+    def count(self):
+        with self.lock:
+            return len(self.commands)
+
+    def value(self, key):
+        with self.lock:
+            return self.diag.get(key)
+
+    def number(self, key):
+        value = self.value(key)
+        return None if value is None else float(value)
+
+    def call(self, client, request):
+        assert client.wait_for_service(timeout_sec=20), 'policy_runner services not found'
+        future = client.call_async(request)
+        wait_for(future.done, 10, what='service response')
+        return future.result()
+
+    def send_cmd(self, vx):
+        msg = Twist()
+        msg.linear.x = float(vx)
+        self.cmd_vel.publish(msg)
+
+
+def overlay(tmp_path, params):
+    """A second parameter file for policy_runner (node sections beat `-p`, which is '/**')."""
+    import yaml
+    path = tmp_path / 'overlay.yaml'
+    path.write_text(yaml.safe_dump({'policy_runner': {'ros__parameters': params}}))
+    return ['--params-file', str(path)]
+
+
+def diag_advances(probe, key, beyond):
+    """Wait for the next diagnostics report that shows `key` above `beyond`."""
+    wait_for(lambda: (probe.number(key) or 0) > beyond, 15, what=f'{key} > {beyond}')
+
+
+@pytest.fixture(scope='module')
+def ros():
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()
+
+
+def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
+    policy = onnx_policies.arm3(str(tmp_path / 'arm3_nan.onnx'), nan_gate=9)
+    sim = NodeProcess('sim_robot', params_file=ARM,
+                      extra_args=['-r', 'hardware/command:=policy/command'])
+    runner = NodeProcess('policy_runner', params_file=ARM, extra_args=overlay(
+        tmp_path, {'policy_path': policy, 'max_input_age_s': 0.05}))
+    probe = Probe()
+    try:
+        # Disabled: the loop ticks, nothing is published.
+        diag_advances(probe, 'ticks', 100)
+        assert runner.proc.poll() is None, runner.output()
+        assert probe.value('enabled') == 'False' and probe.count() == 0
+
+        # Enabled: commands with the driver's names, stamped with a joint_states stamp.
+        assert probe.call(probe.enable, SetBool.Request(data=True)).success
+        wait_for(lambda: probe.count() > 50, 20, what='policy/command after enable')
+        with probe.lock:
+            cmd = probe.commands[-1]
+            stamps = set(probe.state_stamps)
+        assert list(cmd.name) == NAMES and len(cmd.position) == 3
+        assert (cmd.header.stamp.sec, cmd.header.stamp.nanosec) in stamps
+
+        # A non-finite policy output is counted and never published; it resumes after.
+        probe.send_cmd(-3.0)  # the test policy's NaN gate: obs[9] = cmd vx < -1
+        diag_advances(probe, 'non_finite', 20)
+        probe.send_cmd(0.0)
+        before = probe.count()
+        wait_for(lambda: probe.count() > before + 20, 20, what='commands after NaN cleared')
+        with probe.lock:
+            assert all(math.isfinite(v) for c in probe.commands for v in c.position)
+
+        resets = probe.number('resets') or 0
+        assert probe.call(probe.reset, Trigger.Request()).success
+        diag_advances(probe, 'resets', resets)
+
+        # Disabled again: ticks go on, commands stop.
+        assert probe.call(probe.enable, SetBool.Request(data=False)).success
+        stopped_at = probe.count()
+        ticks = probe.number('ticks')
+        diag_advances(probe, 'ticks', ticks + 100)
+        assert probe.count() == stopped_at
+
+        # Stale inputs: without joint_states the enabled runner publishes nothing and counts.
+        assert probe.call(probe.enable, SetBool.Request(data=True)).success
+        wait_for(lambda: probe.count() > stopped_at + 10, 20, what='commands re-enabled')
+        sim.stop()
+        stale = probe.number('stale_ticks') or 0
+        diag_advances(probe, 'stale_ticks', stale + 50)
+        silent_from = probe.count()
+        diag_advances(probe, 'stale_ticks', probe.number('stale_ticks') + 50)
+        assert probe.count() == silent_from
+        assert 'no joint_states' in probe.value('last_problem') or \
+            'old' in probe.value('last_problem')
+    finally:
+        probe.spinner.stop()
+        runner.stop()
+        sim.stop()
+
+
+@pytest.mark.parametrize('override, message', [
+    ({'observation': {'terms': ['joint_pos', 'joint_vel', 'last_action']}},
+     'observation length 9 does not match the policy input'),
+    ({'policy_joint_names': ['shoulder_yaw', 'wrist_roll', 'elbow_pitch']},
+     "['wrist_roll'] are not among the driver joint_names"),
+])
+def test_bad_configuration_exits_with_a_clear_message(tmp_path, override, message):
+    policy = onnx_policies.arm3(str(tmp_path / 'arm3.onnx'))
+    params = dict({'policy_path': policy}, **override)
+    proc = NodeProcess('policy_runner', params_file=ARM, extra_args=overlay(tmp_path, params))
+    try:
+        code = proc.wait_exit(60)
+        out = proc.output()
+    finally:
+        proc.stop()
+    assert code == 2, out
+    assert message in out and 'configuration error' in out
+    assert 'Traceback' not in out
