@@ -9,6 +9,7 @@ package_name = 'simreal_ros'
 # One console script per node, named after the node (ros2 run simreal_ros <node>).
 NODES = [
     'sim_robot',
+    'safety_supervisor',
     'policy_runner',
 ]
 

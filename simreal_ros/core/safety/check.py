@@ -1,0 +1,103 @@
+"""An independent checker of the limit filter's contract, for property tests and the bench.
+
+`limit_violations` states, from the outside, what a safe output is: it does not reuse the
+filter's arithmetic, only the definitions (soft range, rate window, velocity and effort bounds,
+the implied torque and its allowed window). It also checks that the filter does not alter a
+command that is already within every limit (stage 1.00 lockstep parity).
+"""
+import numpy as np
+
+from simreal_ros.core.safety.limits import implied_torque, torque_window
+
+REL = 1e-9
+
+
+def _tol(x):
+    return 1e-9 + REL * np.abs(x)
+
+
+def limit_violations(limits, scale, cmd, out, q, dq, previous_target, dt):
+    """Return a list of violation texts (empty = the output respects every limit)."""
+    with np.errstate(all='ignore'):
+        return _violations(limits, scale, cmd, out, q, dq, previous_target, dt)
+
+
+def _violations(limits, scale, cmd, out, q, dq, previous_target, dt):
+    bad = []
+    if not np.array_equal(cmd.index, out.index):
+        return ['output names differ from the command names']
+    i = out.index
+    for key in ('position', 'velocity', 'effort'):
+        a, b = getattr(cmd, key), getattr(out, key)
+        if (a is None) != (b is None):
+            bad.append(f'field {key} added or removed')
+        elif b is not None and not np.all(np.isfinite(b)):
+            bad.append(f'{key} not finite')
+    if bad:
+        return bad
+    vmax = limits.velocity_limit[i] * scale
+    tmax = limits.torque_limit[i] * scale
+    kp, kd = limits.kp[i], limits.kd[i]
+    if out.velocity is not None and np.any(np.abs(out.velocity) > vmax + _tol(vmax)):
+        bad.append(f'velocity target beyond {vmax.tolist()}: {out.velocity.tolist()}')
+    if out.effort is not None and np.any(np.abs(out.effort) > tmax + _tol(tmax)):
+        bad.append(f'effort beyond {tmax.tolist()}: {out.effort.tolist()}')
+    lo, hi = torque_window(limits, scale, i, dq)
+    tau = implied_torque(limits, out, q, dq)
+    outside = ~((tau >= lo - _tol(lo)) & (tau <= hi + _tol(hi)))  # NaN counts as outside
+    has_p = out.position is not None
+    for j in np.flatnonzero(outside):
+        if has_p and kp[j] > 0:
+            bad.append(f'joint {i[j]}: implied torque {tau[j]:.6g} outside '
+                       f'[{lo[j]:.6g}, {hi[j]:.6g}]')
+            continue
+        # Without a position knob: every other knob must be saturated towards the window.
+        sign = 1.0 if tau[j] > hi[j] else -1.0  # the knobs must sit at -sign * bound
+        if out.velocity is not None and kd[j] > 0 and not np.isclose(
+                out.velocity[j], -sign * vmax[j], rtol=1e-9, atol=1e-12):
+            bad.append(f'joint {i[j]}: torque {tau[j]:.6g} outside the window while the '
+                       'velocity target could still reduce it')
+        if out.effort is not None and not np.isclose(out.effort[j], -sign * tmax[j],
+                                                     rtol=1e-9, atol=1e-12):
+            bad.append(f'joint {i[j]}: torque {tau[j]:.6g} outside the window while the '
+                       'effort could still reduce it')
+    if has_p:
+        p = out.position
+        prev = previous_target[i]
+        prev = np.where(np.isfinite(prev), prev, q[i])
+        step = limits.max_target_rate[i] * scale * max(float(dt), 0.0)
+        f_lo = np.maximum(limits.position_lower[i], prev - step)
+        f_hi = np.minimum(limits.position_upper[i], prev + step)
+        empty = f_lo > f_hi
+        # Rate window entirely outside the soft range: its point nearest the range.
+        near = np.where(prev + step < limits.position_lower[i], prev + step, prev - step)
+        f_lo = np.where(empty, near, f_lo)
+        f_hi = np.where(empty, near, f_hi)
+        rest = implied_torque(limits, out, q, dq) - np.where(kp > 0, kp * (p - q[i]), 0.0)
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            t_lo = q[i] + (lo - rest) / kp
+            t_hi = q[i] + (hi - rest) / kp
+        for j in range(i.size):
+            if f_lo[j] - _tol(f_lo[j]) <= p[j] <= f_hi[j] + _tol(f_hi[j]):
+                continue
+            if kp[j] <= 0:
+                bad.append(f'joint {i[j]}: target {p[j]:.6g} outside the soft/rate window '
+                           f'[{f_lo[j]:.6g}, {f_hi[j]:.6g}]')
+                continue
+            forced = t_hi[j] < f_lo[j] or t_lo[j] > f_hi[j]
+            endpoint = t_hi[j] if t_hi[j] < f_lo[j] else t_lo[j]
+            if not forced or abs(p[j] - endpoint) > 1e-7 + 1e-9 * abs(endpoint):
+                bad.append(f'joint {i[j]}: target {p[j]:.6g} outside the soft/rate window '
+                           f'[{f_lo[j]:.6g}, {f_hi[j]:.6g}] without the torque limit forcing it')
+    return bad
+
+
+def unchanged_when_within(limits, scale, cmd, out, q, dq, previous_target, dt):
+    """Return a violation text when cmd already met every limit but out differs from it."""
+    if limit_violations(limits, scale, cmd, cmd, q, dq, previous_target, dt):
+        return None
+    for key in ('position', 'velocity', 'effort'):
+        a, b = getattr(cmd, key), getattr(out, key)
+        if a is not None and not np.allclose(a, b, rtol=1e-9, atol=1e-9):
+            return f'{key} altered although the command was within every limit'
+    return None

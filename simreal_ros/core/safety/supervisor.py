@@ -1,0 +1,498 @@
+"""The safety supervisor's logic, without ROS: inputs in, one safe output per tick.
+
+`Supervisor` owns the limit filter, the stage machine, the watchdogs, the e-stop latch and the
+mode (which command source is forwarded). The `safety_supervisor` node feeds it messages as
+arrays and publishes what `tick()` returns. All times are seconds on one clock (ROS time in the
+node, so sim time works).
+
+Rules, in the order a tick applies them:
+
+1. no `joint_states` yet -> no output at all (`waiting`); an e-stop still latches.
+2. automatic e-stop trips (latched): `joint_states` stale (header stamp or arrival older than
+   its timeout), `imu` stale or base tilt beyond `max_tilt_rad` (floating base), a joint faster
+   than its `trip_velocity`, `reject_trip_count` rejected commands in a row from the selected
+   source.
+3. e-stop latched -> the safe mode output (`damping`: kp=0, kd>0, i.e. no positions and zero
+   velocity targets; `hold`: the position at the trip; `zero_torque`: zero effort).
+4. the selected source (`policy` or `sysid`) never sent a command or is stale -> safe mode
+   output, not latched: forwarding resumes when fresh commands arrive (the rate limit then
+   starts from the measured position).
+5. otherwise its latest command is filtered (limits.filter_command) with the current state and
+   the stage scale; every clip is counted and is a stage fault.
+"""
+from dataclasses import dataclass, field
+import math
+
+import numpy as np
+
+from simreal_ros.core.config import ConfigError
+from simreal_ros.core.safety.limits import (KINDS, Command, Limits, Rejected, count_clips,
+                                            filter_command, validate_command)
+from simreal_ros.core.safety.stages import DEFAULT_STAGES, StageMachine
+
+SAFE_MODES = ('damping', 'hold', 'zero_torque')
+SOURCES = ('policy', 'sysid')
+INPUTS = ('joint_states', 'imu') + SOURCES
+
+
+@dataclass
+class Output:
+    """One hardware/command: names and fields (None = field left empty)."""
+
+    names: list
+    position: np.ndarray = None
+    velocity: np.ndarray = None
+    effort: np.ndarray = None
+    safe: bool = False
+    reason: str = 'forwarding'
+
+
+class Watchdog:
+    """Age of one input by header stamp and by arrival; stale when either exceeds the timeout."""
+
+    def __init__(self, name, timeout_s, check_stamp=True):
+        self.name = name
+        self.timeout = float(timeout_s)
+        self.check_stamp = check_stamp
+        self.stamp = None
+        self.arrival = None
+        self.received = 0
+        self.trips = 0
+        self.was_stale = False
+
+    def feed(self, stamp, now):
+        self.stamp = float(stamp)
+        self.arrival = float(now)
+        self.received += 1
+
+    @property
+    def ever(self):
+        return self.arrival is not None
+
+    def ages(self, now):
+        if self.arrival is None:
+            return math.inf, math.inf
+        return float(now) - self.stamp, float(now) - self.arrival
+
+    def stale(self, now):
+        """Return why the input is stale, or None when fresh."""
+        if self.arrival is None:
+            return f'no {self.name} received yet'
+        stamp_age, arrival_age = self.ages(now)
+        if arrival_age > self.timeout:
+            return f'{self.name} last arrived {arrival_age * 1e3:.0f} ms ago ' \
+                   f'(timeout {self.timeout * 1e3:.0f} ms)'
+        if self.check_stamp:
+            if self.stamp == 0.0:
+                return f'{self.name} header stamp is zero (stamp messages with the clock time)'
+            if abs(stamp_age) > self.timeout:
+                return f'{self.name} header stamp is {stamp_age * 1e3:.0f} ms old ' \
+                       f'(timeout {self.timeout * 1e3:.0f} ms)'
+        return None
+
+    def check(self, now):
+        """Return (stale reason or None, True on a fresh -> stale change, which is counted)."""
+        reason = self.stale(now)
+        newly = reason is not None and not self.was_stale and self.ever
+        self.trips += int(newly)
+        self.was_stale = reason is not None
+        return reason, newly
+
+
+def _per_joint(params, key, n, source):
+    value = params.get(key)
+    arr = np.asarray(value if value is not None else [], dtype=float).reshape(-1)
+    if arr.size == 1:
+        arr = np.full(n, float(arr[0]))
+    if arr.size != n or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ConfigError(f'{source}.{key}: expected {n} finite values > 0 (one per joint), got '
+                          f'{arr.tolist()}')
+    return arr
+
+
+@dataclass
+class SupervisorConfig:
+    """Everything the supervisor needs, validated; build with from_params()."""
+
+    limits: Limits
+    sysid_limits: Limits
+    trip_velocity: np.ndarray
+    period_s: float = 0.002
+    stages: tuple = DEFAULT_STAGES
+    stage_dwell_s: tuple = (5.0,)
+    auto_advance: bool = False
+    demote_on: tuple = ('limit', 'watchdog', 'estop', 'rejected')
+    demote_holdoff_s: float = 0.5
+    stage_file: str = ''
+    resume_stage: bool = False
+    safe_mode: str = 'damping'
+    timeouts: dict = field(default_factory=lambda: {'policy': 0.06, 'sysid': 0.06,
+                                                    'joint_states': 0.05, 'imu': 0.05})
+    check_stamps: bool = True
+    use_imu: bool = False
+    max_tilt_rad: float = 0.0
+    reset_tolerance: float = 0.1
+    reject_trip_count: int = 10
+    mode: str = 'policy'
+
+    @classmethod
+    def from_params(cls, p, source='safety_supervisor'):
+        """Build from flat node parameters (names as in the parameter file)."""
+        names = list(p.get('joint_names') or [])
+        limits = Limits.from_mapping(names, {k: p.get(k) for k in (
+            'kp', 'kd', 'position_lower', 'position_upper', 'velocity_limit', 'torque_limit',
+            'max_target_rate')}, source)
+        scale = float(p.get('sysid.limit_scale', 0.5))
+        if not 0.0 < scale <= 1.0:
+            raise ConfigError(f'{source}.sysid.limit_scale must be in (0, 1], got {scale}')
+        sysid = limits.scaled_speed(scale).tightened(
+            {k: p.get('sysid.' + k) for k in ('position_lower', 'position_upper',
+                                              'velocity_limit', 'torque_limit',
+                                              'max_target_rate')}, source + '.sysid')
+        trip = _per_joint(p, 'trip_velocity', len(names), source)
+        safe_mode = p.get('safe_mode', 'damping')
+        if safe_mode not in SAFE_MODES:
+            raise ConfigError(f'{source}.safe_mode must be one of {SAFE_MODES}, got '
+                              f'{safe_mode!r}')
+        mode = p.get('mode', 'policy')
+        if mode not in SOURCES:
+            raise ConfigError(f'{source}.mode must be one of {SOURCES}, got {mode!r}')
+        demote_on = tuple(p.get('demote_on', cls.demote_on))
+        bad = set(demote_on) - {'limit', 'watchdog', 'estop', 'rejected'}
+        if bad:
+            raise ConfigError(f'{source}.demote_on: unknown fault kinds {sorted(bad)}; use '
+                              'limit, watchdog, estop, rejected')
+        timeouts = {k: float(p.get(f'{k}_timeout_s', v)) for k, v in
+                    cls.__dataclass_fields__['timeouts'].default_factory().items()}
+        for k, v in timeouts.items():
+            if not (v > 0 and math.isfinite(v)):
+                raise ConfigError(f'{source}.{k}_timeout_s must be > 0, got {v}')
+        rate = float(p.get('rate_hz', 500.0))
+        if not rate > 0:
+            raise ConfigError(f'{source}.rate_hz must be > 0, got {rate}')
+        return cls(limits=limits, sysid_limits=sysid, trip_velocity=trip, period_s=1.0 / rate,
+                   stages=tuple(p.get('stages') or DEFAULT_STAGES),
+                   stage_dwell_s=tuple(p.get('stage_dwell_s') or (5.0,)),
+                   auto_advance=bool(p.get('auto_advance', False)), demote_on=demote_on,
+                   demote_holdoff_s=float(p.get('demote_holdoff_s', 0.5)),
+                   stage_file=str(p.get('stage_file', '') or ''),
+                   resume_stage=bool(p.get('resume_stage', False)), safe_mode=safe_mode,
+                   timeouts=timeouts, check_stamps=bool(p.get('check_stamps', True)),
+                   use_imu=bool(p.get('use_imu', False)),
+                   max_tilt_rad=float(p.get('max_tilt_rad', 0.0)),
+                   reset_tolerance=float(p.get('reset_tolerance', 0.1)),
+                   reject_trip_count=int(p.get('reject_trip_count', 10)), mode=mode)
+
+
+def tilt_of(quaternion_wxyz):
+    """Return the angle (rad) between the body z axis and the world z axis."""
+    w, x, y, z = (float(v) for v in quaternion_wxyz)
+    norm2 = w * w + x * x + y * y + z * z
+    cos_tilt = 1.0 - 2.0 * (x * x + y * y) / norm2
+    return math.acos(min(1.0, max(-1.0, cos_tilt)))
+
+
+class Supervisor:
+    """Limits, stages, watchdogs, e-stop latch and mode; the node is a thin adapter around it."""
+
+    def __init__(self, cfg, now=0.0):
+        self.cfg = cfg
+        self.names = list(cfg.limits.names)
+        self.n = len(self.names)
+        self.stage = StageMachine(cfg.stages, cfg.stage_dwell_s, now, cfg.auto_advance,
+                                  cfg.demote_on, cfg.demote_holdoff_s,
+                                  cfg.stage_file or None, cfg.resume_stage)
+        self.limits = {'policy': cfg.limits, 'sysid': cfg.sysid_limits}
+        self.dogs = {k: Watchdog(k, cfg.timeouts[k], cfg.check_stamps) for k in INPUTS}
+        self.mode = cfg.mode
+        self.q = None
+        self.dq = None
+        self.tilt = 0.0
+        self.commands = {s: None for s in SOURCES}
+        self.previous_target = np.full(self.n, np.nan)
+        self.last_output_time = None
+        self.latched = False
+        self.cause = ''
+        self.hold_position = None
+        self.safe_reason = 'waiting for joint_states'
+        self.clips = {k: np.zeros(self.n, dtype=int) for k in KINDS}
+        self.clipped_outputs = 0
+        self.rejected = {s: 0 for s in SOURCES}
+        self.rejected_in_row = {s: 0 for s in SOURCES}
+        self.last_reject = ''
+        self.state_rejected = 0
+        self.estops = 0
+        self.ticks = 0
+        self.outputs = 0
+        self.events = []  # (time, text) for the operator log; the node drains it
+
+    # -- inputs -------------------------------------------------------------------------------
+    def on_joint_state(self, names, position, velocity, stamp, now):
+        """Take a joint state (all supervised joints, finite); return (ok, reason)."""
+        lookup = {str(n): i for i, n in enumerate(names)}
+        missing = [n for n in self.names if n not in lookup]
+        position = np.asarray(position, dtype=float).reshape(-1)
+        velocity = np.asarray(velocity, dtype=float).reshape(-1)
+        reason = None
+        if missing:
+            reason = f'joint_states lacks {missing}'
+        elif position.size != len(names) or velocity.size != len(names):
+            reason = (f'joint_states needs position and velocity for every name '
+                      f'({len(names)} names, {position.size} positions, '
+                      f'{velocity.size} velocities)')
+        if reason is None:
+            idx = [lookup[n] for n in self.names]
+            q, dq = position[idx], velocity[idx]
+            if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
+                reason = 'joint_states has non-finite values'
+        if reason is not None:
+            self.state_rejected += 1
+            return False, reason
+        self.q, self.dq = q, dq
+        self.dogs['joint_states'].feed(stamp, now)
+        return True, ''
+
+    def on_imu(self, orientation_wxyz, stamp, now):
+        """Take the base orientation (w, x, y, z); return (ok, reason)."""
+        o = np.asarray(orientation_wxyz, dtype=float)
+        if o.size != 4 or not np.all(np.isfinite(o)) or abs(np.linalg.norm(o) - 1.0) > 0.05:
+            self.state_rejected += 1
+            return False, f'imu orientation is not a unit quaternion: {o.tolist()}'
+        self.tilt = tilt_of(o)
+        self.dogs['imu'].feed(stamp, now)
+        return True, ''
+
+    def on_command(self, source, names, position, velocity, effort, stamp, now):
+        """Validate a command of `source`; keep it when valid. Return (ok, reason)."""
+        try:
+            cmd = validate_command(names, position, velocity, effort, self.names)
+        except Rejected as exc:
+            self.rejected[source] += 1
+            self.rejected_in_row[source] += 1
+            self.last_reject = f'{source}/command: {exc}'
+            if source == self.mode:
+                self.stage.fault('rejected', now, str(exc))
+                if (self.rejected_in_row[source] >= self.cfg.reject_trip_count
+                        and not self.latched):
+                    self._trip(f'{self.rejected_in_row[source]} rejected {source} commands in a'
+                               f' row (last: {exc})', now)
+            return False, str(exc)
+        self.rejected_in_row[source] = 0
+        self.commands[source] = cmd
+        self.dogs[source].feed(stamp, now)
+        return True, ''
+
+    # -- operator requests ------------------------------------------------------------------
+    def estop(self, cause, now):
+        """Latch the e-stop now and return the safe output to send at once."""
+        self._trip(cause, now)
+        return self.tick(now, count=False)
+
+    def reset(self, now):
+        """Release the e-stop if inputs are fresh and the command is near the state."""
+        if not self.latched:
+            return True, 'e-stop is not latched; nothing to reset'
+        problems = self._reset_problems(now)
+        if problems:
+            return False, 'reset refused: ' + '; '.join(problems)
+        self.latched = False
+        self.events.append((now, f'e-stop reset (was: {self.cause})'))
+        self.cause = ''
+        self.previous_target[:] = np.nan
+        self.hold_position = None
+        return True, f'e-stop reset; forwarding {self.mode} at stage {self.stage.scale:.2f}'
+
+    def _reset_problems(self, now):
+        problems = []
+        for name in ('joint_states', self.mode) + (('imu',) if self.cfg.use_imu else ()):
+            reason = self.dogs[name].stale(now)
+            if reason:
+                problems.append(reason)
+        if self.q is not None:
+            fast = np.abs(self.dq) > self.cfg.trip_velocity
+            if np.any(fast):
+                problems.append(f'joints {self._names(fast)} still move faster than '
+                                'trip_velocity')
+        if self.cfg.use_imu and self.cfg.max_tilt_rad > 0 and self.tilt > self.cfg.max_tilt_rad:
+            problems.append(f'base tilt {math.degrees(self.tilt):.0f} deg exceeds max_tilt_rad')
+        cmd = self.commands[self.mode]
+        if cmd is not None and cmd.position is not None and self.q is not None:
+            err = np.abs(cmd.position - self.q[cmd.index])
+            far = err > self.cfg.reset_tolerance
+            if np.any(far):
+                worst = int(np.argmax(err))
+                problems.append(
+                    f'the latest {self.mode} command is {err[worst]:.3f} rad from the measured '
+                    f'position of {self.names[cmd.index[worst]]} (reset_tolerance '
+                    f'{self.cfg.reset_tolerance:.3f} rad); command the current pose first')
+        return problems
+
+    def advance_stage(self, now):
+        """Promote one stage when the dwell was clean and no e-stop is latched."""
+        if self.latched:
+            return False, f'e-stop latched ({self.cause}); reset first'
+        ok, msg = self.stage.request_advance(now)
+        if ok:
+            self.events.append((now, 'stage ' + msg))
+        return ok, msg
+
+    def select_mode(self, mode, now):
+        """Switch the forwarded source; only while the e-stop is latched (a safe state)."""
+        if mode not in SOURCES:
+            return False, f'unknown mode {mode!r}; use one of {SOURCES}'
+        if mode == self.mode:
+            return True, f'already forwarding {mode}'
+        if not self.latched:
+            return False, (f'switching {self.mode} -> {mode} needs a safe state: call '
+                           'safety/estop first, then switch, then safety/reset')
+        old, self.mode = self.mode, mode
+        self.previous_target[:] = np.nan
+        self.events.append((now, f'mode {old} -> {mode}'))
+        return True, f'mode {old} -> {mode}; reset the e-stop to start forwarding {mode}'
+
+    # -- the control tick -------------------------------------------------------------------
+    def tick(self, now, count=True):
+        """Return this tick's Output, or None when nothing may be published yet."""
+        if count:
+            self.ticks += 1
+        if self.q is None:
+            self.safe_reason = 'waiting for joint_states (publishing nothing)'
+            return self._safe_output(now, self.safe_reason) if self.latched else None
+        self._check_trips(now)
+        if self.latched:
+            return self._safe_output(now, f'e-stop: {self.cause}')
+        t = self.stage.update(now)
+        if t is not None:
+            self.events.append((now, f'stage {t["from"]:.2f} -> {t["to"]:.2f} (auto_advance)'))
+        stale, newly = self.dogs[self.mode].check(now)
+        if stale is not None:
+            if newly:
+                self.events.append((now, f'{self.mode} stale -> safe mode: {stale}'))
+                self._stage_fault('watchdog', now, stale)
+            return self._safe_output(now, f'{self.mode} stale: {stale}')
+        cmd = self.commands[self.mode]
+        limits = self.limits[self.mode]
+        dt = (now - self.last_output_time) if self.last_output_time is not None else 0.0
+        dt = min(max(dt, 0.0), self.cfg.period_s)
+        try:
+            out, clips = filter_command(limits, self.stage.scale, cmd, self.q, self.dq,
+                                        self.previous_target, dt)
+        except Rejected as exc:
+            self.rejected[self.mode] += 1
+            self.last_reject = f'{self.mode}/command: {exc}'
+            return self._safe_output(now, f'filter rejected the command: {exc}')
+        count_clips(self.clips, clips, cmd.index)
+        if any(np.any(m) for m in clips.values()):
+            self.clipped_outputs += 1
+            kinds = [k for k, m in clips.items() if np.any(m)]
+            self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
+                              + ', '.join(self._names_idx(cmd.index[np.any(
+                                  np.stack(list(clips.values())), axis=0)])))
+        if out.position is not None:
+            self.previous_target[out.index] = out.position
+        self.hold_position = None
+        self.last_output_time = now
+        self.safe_reason = ''
+        self.outputs += 1
+        return Output([self.names[i] for i in out.index], out.position, out.velocity,
+                      out.effort, safe=False, reason='forwarding')
+
+    def _check_trips(self, now):
+        if self.latched:
+            return
+        reason, _ = self.dogs['joint_states'].check(now)
+        if reason is not None:
+            self._trip(f'joint_states stale: {reason}', now, fault='watchdog')
+            return
+        if self.cfg.use_imu:
+            reason, _ = self.dogs['imu'].check(now)
+            if reason is not None:
+                self._trip(f'imu stale: {reason}', now, fault='watchdog')
+                return
+            if self.cfg.max_tilt_rad > 0 and self.tilt > self.cfg.max_tilt_rad:
+                self._trip(f'base tilt {math.degrees(self.tilt):.1f} deg > max_tilt_rad '
+                           f'{math.degrees(self.cfg.max_tilt_rad):.1f} deg', now)
+                return
+        fast = np.abs(self.dq) > self.cfg.trip_velocity
+        if np.any(fast):
+            self._trip(f'joint velocity beyond trip_velocity: {self._names(fast)} '
+                       f'({np.abs(self.dq[fast]).round(2).tolist()} rad/s)', now)
+
+    def _trip(self, cause, now, fault='estop'):
+        if self.latched:
+            return
+        self.latched = True
+        self.cause = cause
+        self.estops += 1
+        self.events.append((now, f'E-STOP: {cause}'))
+        self._stage_fault(fault, now, cause)
+        if fault != 'estop':
+            self.stage.fault('estop', now)
+
+    def _stage_fault(self, kind, now, detail):
+        t = self.stage.fault(kind, now, detail)
+        if t is not None:
+            self.events.append((now, f'stage {t["from"]:.2f} -> {t["to"]:.2f} ({t["cause"]})'))
+
+    def _safe_output(self, now, reason):
+        self.safe_reason = reason
+        self.previous_target[:] = np.nan
+        self.last_output_time = now
+        zeros = np.zeros(self.n)
+        mode = self.cfg.safe_mode
+        if mode == 'hold' and self.q is not None:
+            if self.hold_position is None:
+                self.hold_position = self.q.copy()
+            cmd = Command(np.arange(self.n), position=self.hold_position.copy())
+            try:
+                out, _ = filter_command(self.limits[self.mode], self.stage.scale, cmd, self.q,
+                                        self.dq, self.hold_position, 0.0)
+                return Output(list(self.names), out.position, zeros, None, True, reason)
+            except Rejected:
+                mode = 'damping'
+        if mode == 'zero_torque':
+            return Output(list(self.names), None, None, zeros, True, reason)
+        return Output(list(self.names), None, zeros, None, True, reason)
+
+    def _names(self, mask):
+        return [self.names[i] for i in np.flatnonzero(mask)]
+
+    def _names_idx(self, idx):
+        return [self.names[i] for i in idx]
+
+    # -- reporting ---------------------------------------------------------------------------
+    def status(self, now):
+        """Return the state an operator needs, as plain data (safety/state, diagnostics)."""
+        ages = {}
+        for k, dog in self.dogs.items():
+            if k == 'imu' and not self.cfg.use_imu:
+                continue
+            s, a = dog.ages(now)
+            ages[k] = {'stamp_age_ms': None if math.isinf(s) else round(s * 1e3, 2),
+                       'arrival_age_ms': None if math.isinf(a) else round(a * 1e3, 2),
+                       'received': dog.received, 'watchdog_trips': dog.trips}
+        stage = self.stage.to_dict()
+        stage['transitions'] = stage['transitions'][-10:]
+        stage['clean_for_s'] = round(self.stage.clean_for(now), 3)
+        stage['dwell_needed_s'] = self.stage.dwell[self.stage.index]
+        return {
+            'mode': self.mode,
+            'estop': self.latched,
+            'estop_cause': self.cause,
+            'output': ('waiting' if self.q is None and not self.latched
+                       else 'safe' if self.safe_reason else 'forwarding'),
+            'safe_mode': self.cfg.safe_mode,
+            'safe_reason': self.safe_reason,
+            'stage': stage,
+            'clips': {k: {n: int(c) for n, c in zip(self.names, v) if c}
+                      for k, v in self.clips.items()},
+            'clipped_outputs': self.clipped_outputs,
+            'rejected': dict(self.rejected),
+            'last_reject': self.last_reject,
+            'state_rejected': self.state_rejected,
+            'estops': self.estops,
+            'ticks': self.ticks,
+            'outputs_forwarded': self.outputs,
+            'inputs': ages,
+            'tilt_deg': round(math.degrees(self.tilt), 2) if self.cfg.use_imu else None,
+        }

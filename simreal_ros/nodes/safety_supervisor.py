@@ -1,0 +1,371 @@
+"""safety_supervisor: the only path to the hardware (limits, stages, latched e-stop, watchdogs).
+
+Every command source (`policy/command`, `sysid/command`) goes through this node to
+`hardware/command`. The logic lives in `simreal_ros.core.safety` (no ROS); this node converts
+messages, runs the control tick on a ROS timer and offers the operator services.
+
+    ros2 run simreal_ros safety_supervisor --ros-args --params-file config/robots/arm3.yaml
+    ros2 service call /safety/estop std_srvs/srv/Trigger
+    ros2 service call /safety/reset std_srvs/srv/Trigger
+    ros2 service call /safety/advance_stage std_srvs/srv/Trigger
+    ros2 service call /safety/select_sysid std_srvs/srv/SetBool "{data: true}"
+    ros2 topic echo /safety/state --qos-durability transient_local
+
+Topics: subscribes `policy/command`, `sysid/command` (sensor_msgs/JointState, by name),
+`joint_states`, `imu` (when `use_imu`); publishes `hardware/command` (JointState; safe modes:
+damping = no positions + zero velocity targets, hold = the position at the trip, zero_torque =
+zero effort), optionally a std_msgs/Float64MultiArray on `array_topic` in `array_joint_order`
+for ros2_control forward controllers (these cannot express damping: in safe mode the array
+holds the measured position at the trip for `array_field: position`, zeros otherwise),
+`safety/state` (latched JSON in std_msgs/String) and `/diagnostics`.
+
+Before the first `joint_states` arrives the node publishes nothing on `hardware/command` and says
+so in `safety/state` (`output: waiting`). An e-stop is applied in the service call itself and on
+every following tick. Switching between policy and sysid needs the e-stop latched (a safe state):
+estop, select, reset. Parameters are read-only: restart the node to change them.
+"""
+import json
+import threading
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import rclpy
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float64MultiArray, String
+from std_srvs.srv import SetBool, Trigger
+
+from simreal_ros.core.config import ConfigError
+from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
+from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS, declare, run,
+                                      stamp_to_sec)
+
+ARRAYS = {
+    'joint_names': (Parameter.Type.STRING_ARRAY, 'supervised joints (names as in joint_states)'),
+    'kp': (Parameter.Type.DOUBLE_ARRAY, 'position gain per joint the driver applies (N*m/rad); '
+           'used to limit the torque a position target implies'),
+    'kd': (Parameter.Type.DOUBLE_ARRAY, 'velocity gain per joint the driver applies '
+           '(N*m*s/rad)'),
+    'position_lower': (Parameter.Type.DOUBLE_ARRAY, 'soft lower position limit per joint (rad), '
+                       'inside the hard range'),
+    'position_upper': (Parameter.Type.DOUBLE_ARRAY, 'soft upper position limit per joint (rad)'),
+    'velocity_limit': (Parameter.Type.DOUBLE_ARRAY, 'velocity limit per joint at stage 1.00 '
+                       '(rad/s): velocity targets are clipped, faster joints may only brake'),
+    'torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'limit per joint at stage 1.00 (N*m) on the '
+                     'torque a command implies, kp*(q_t-q) + kd*(dq_t-dq) + effort'),
+    'max_target_rate': (Parameter.Type.DOUBLE_ARRAY, 'max change of a position target per '
+                        'second at stage 1.00 (rad/s)'),
+    'trip_velocity': (Parameter.Type.DOUBLE_ARRAY, 'e-stop when a measured joint velocity '
+                      'exceeds this (rad/s, not scaled by the stage)'),
+    'stages': (Parameter.Type.DOUBLE_ARRAY, 'stage scales on velocity, torque and rate limits, '
+               'increasing, in (0, 1]; default 0.10 0.25 0.50 0.75 1.00'),
+    'stage_dwell_s': (Parameter.Type.DOUBLE_ARRAY, 'minimum clean time in a stage before '
+                      'promotion (s); one value or one per stage'),
+    'demote_on': (Parameter.Type.STRING_ARRAY, 'faults that demote one stage: limit, watchdog, '
+                  'estop, rejected'),
+    'array_joint_order': (Parameter.Type.STRING_ARRAY, 'joint order of the Float64MultiArray '
+                          'output (default: joint_names)'),
+    'sysid.position_lower': (Parameter.Type.DOUBLE_ARRAY, 'sysid soft lower limits (rad); '
+                             'empty = main limits (always intersected with them)'),
+    'sysid.position_upper': (Parameter.Type.DOUBLE_ARRAY, 'sysid soft upper limits (rad)'),
+    'sysid.velocity_limit': (Parameter.Type.DOUBLE_ARRAY, 'sysid velocity limits (rad/s); '
+                             'min with the scaled main limits'),
+    'sysid.torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'sysid torque limits (N*m)'),
+    'sysid.max_target_rate': (Parameter.Type.DOUBLE_ARRAY, 'sysid target rate limits (rad/s)'),
+}
+
+
+class SafetySupervisor(Node):
+    """Forward one command source to the hardware through limits, stages, watchdogs, e-stop."""
+
+    NODE_NAME = 'safety_supervisor'
+
+    def __init__(self):
+        super().__init__(self.NODE_NAME)
+        p = self._declare_parameters()
+        cfg = SupervisorConfig.from_params(p, source=self.NODE_NAME)
+        self.core = Supervisor(cfg, self._now())
+        self.forward_on_input = p['forward_on_input']
+        self.array_order = list(p['array_joint_order'] or cfg.limits.names)
+        unknown = [n for n in self.array_order if n not in cfg.limits.names]
+        if unknown:
+            raise ConfigError(f'array_joint_order names {unknown} that are not in joint_names')
+        self.array_field = p['array_field']
+        if self.array_field not in ('position', 'velocity', 'effort'):
+            raise ConfigError("array_field must be 'position', 'velocity' or 'effort', got "
+                              f'{self.array_field!r}')
+        self._array_hold = None
+        self._lock = threading.Lock()
+        self._last_output_kind = None
+
+        control = MutuallyExclusiveCallbackGroup()
+        services = MutuallyExclusiveCallbackGroup()
+        self.pub_cmd = self.create_publisher(JointState, 'hardware/command', COMMAND_QOS)
+        self.pub_array = (self.create_publisher(Float64MultiArray, p['array_topic'], COMMAND_QOS)
+                          if p['array_topic'] else None)
+        self.pub_state = self.create_publisher(String, 'safety/state', LATCHED_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_states,
+                                 SENSOR_SUB_QOS, callback_group=control)
+        if cfg.use_imu:
+            self.create_subscription(Imu, 'imu', self._on_imu, SENSOR_SUB_QOS,
+                                     callback_group=control)
+        for source in SOURCES:
+            self.create_subscription(
+                JointState, f'{source}/command',
+                lambda msg, s=source: self._on_command(s, msg), COMMAND_QOS,
+                callback_group=control)
+        self.create_service(Trigger, 'safety/estop', self._srv_estop, callback_group=services)
+        self.create_service(Trigger, 'safety/reset', self._srv_reset, callback_group=services)
+        self.create_service(Trigger, 'safety/advance_stage', self._srv_advance,
+                            callback_group=services)
+        self.create_service(SetBool, 'safety/select_sysid', self._srv_select,
+                            callback_group=services)
+        self.create_timer(cfg.period_s, self._tick, callback_group=control)
+        self.create_timer(1.0 / p['state_rate_hz'], self._publish_state, callback_group=services)
+        self.create_timer(1.0, self._publish_diagnostics, callback_group=services)
+        self.get_logger().info(
+            f'supervising {len(cfg.limits.names)} joints at {1 / cfg.period_s:.0f} Hz, mode '
+            f'{cfg.mode}, stage {self.core.stage.scale:.2f} (highest reached '
+            f'{self.core.stage.scales[self.core.stage.highest]:.2f}), safe mode '
+            f'{cfg.safe_mode}; waiting for joint_states: nothing is published on '
+            'hardware/command until it arrives')
+        self._publish_state()
+
+    # -- parameters -------------------------------------------------------------------------
+    def _declare_parameters(self):
+        p = {}
+        for name, (ptype, description) in ARRAYS.items():
+            value = self.declare_parameter(
+                name, ptype, ParameterDescriptor(description=description, read_only=True)).value
+            p[name] = list(value) if value is not None else []
+        p['rate_hz'] = declare(self, 'rate_hz', 500.0, 'control tick rate (Hz)', low=1.0,
+                               high=5000.0, read_only=True)
+        p['safe_mode'] = declare(self, 'safe_mode', 'damping', 'output while e-stopped or without '
+                                 'a fresh command: ' + ', '.join(SAFE_MODES), read_only=True)
+        p['mode'] = declare(self, 'mode', 'policy', 'source forwarded at start: policy or sysid',
+                            read_only=True)
+        for name, default in (('policy', 0.06), ('sysid', 0.06), ('joint_states', 0.05),
+                              ('imu', 0.05)):
+            p[f'{name}_timeout_s'] = declare(
+                self, f'{name}_timeout_s', default, f'max age of {name} by header stamp and by '
+                'arrival (s); stale commands -> safe mode, stale joint_states/imu -> e-stop',
+                low=1e-3, high=10.0, read_only=True)
+        p['check_stamps'] = declare(self, 'check_stamps', True, 'also check header stamps (not '
+                                    'only arrival times)', read_only=True)
+        p['use_imu'] = declare(self, 'use_imu', False, 'floating base: watch imu and base tilt',
+                               read_only=True)
+        p['max_tilt_rad'] = declare(self, 'max_tilt_rad', 0.0, 'e-stop beyond this base tilt '
+                                    '(rad); 0 = off', low=0.0, high=3.1416, read_only=True)
+        p['reset_tolerance'] = declare(self, 'reset_tolerance', 0.1, 'reset needs the latest '
+                                       'position targets within this of the state (rad)',
+                                       low=0.0, high=10.0, read_only=True)
+        p['reject_trip_count'] = declare(self, 'reject_trip_count', 10, 'e-stop after this many '
+                                         'rejected commands in a row', low=1, high=100000,
+                                         read_only=True)
+        p['auto_advance'] = declare(self, 'auto_advance', False, 'promote automatically after '
+                                    'a clean dwell', read_only=True)
+        p['demote_holdoff_s'] = declare(self, 'demote_holdoff_s', 0.5, 'after a demotion, '
+                                        'faults within this time do not demote again (s)',
+                                        low=0.0, high=60.0, read_only=True)
+        p['stage_file'] = declare(self, 'stage_file', '', 'JSON record of stage transitions; '
+                                  "'' = $ROS_HOME/simreal_ros/safety_supervisor_stages.json",
+                                  read_only=True)
+        p['resume_stage'] = declare(self, 'resume_stage', False, 'start at the stage recorded '
+                                    'in stage_file (else the lowest)', read_only=True)
+        p['sysid.limit_scale'] = declare(self, 'sysid.limit_scale', 0.5, 'sysid velocity, '
+                                         'torque and rate limits as a fraction of the main ones',
+                                         low=0.001, high=1.0, read_only=True)
+        p['forward_on_input'] = declare(self, 'forward_on_input', True, 'also filter and '
+                                        'forward each command as it arrives (not only on ticks)',
+                                        read_only=True)
+        p['array_topic'] = declare(self, 'array_topic', '', 'Float64MultiArray output topic for '
+                                   "ros2_control forward controllers; '' = off", read_only=True)
+        p['array_field'] = declare(self, 'array_field', 'position', 'field the array carries: '
+                                   'position, velocity or effort', read_only=True)
+        p['state_rate_hz'] = declare(self, 'state_rate_hz', 10.0, 'safety/state refresh rate '
+                                     '(also published on every event)', low=0.1, high=100.0,
+                                     read_only=True)
+        if not p['stage_file']:
+            import os
+            home = os.environ.get('ROS_HOME', os.path.join(os.path.expanduser('~'), '.ros'))
+            p['stage_file'] = os.path.join(home, 'simreal_ros',
+                                           'safety_supervisor_stages.json')
+        if not p['joint_names']:
+            raise ConfigError('parameter joint_names is empty: list the joints to supervise '
+                              '(the /** section of the robot parameter file)')
+        return p
+
+    def _now(self):
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # -- inputs -----------------------------------------------------------------------------
+    def _on_joint_states(self, msg):
+        now = self._now()
+        with self._lock:
+            first = self.core.q is None
+            ok, reason = self.core.on_joint_state(msg.name, msg.position, msg.velocity,
+                                                  stamp_to_sec(msg.header.stamp), now)
+        if not ok:
+            self.get_logger().warn(f'joint_states ignored: {reason}', throttle_duration_sec=2.0)
+        elif first:
+            self.get_logger().info('joint_states arrived: supervising')
+
+    def _on_imu(self, msg):
+        o = msg.orientation
+        with self._lock:
+            ok, reason = self.core.on_imu((o.w, o.x, o.y, o.z), stamp_to_sec(msg.header.stamp),
+                                          self._now())
+        if not ok:
+            self.get_logger().warn(f'imu ignored: {reason}', throttle_duration_sec=2.0)
+
+    def _on_command(self, source, msg):
+        now = self._now()
+        with self._lock:
+            ok, reason = self.core.on_command(source, msg.name, msg.position, msg.velocity,
+                                              msg.effort, stamp_to_sec(msg.header.stamp), now)
+            if ok and self.forward_on_input and source == self.core.mode:
+                self._send(self.core.tick(now, count=False), now)
+        if not ok:
+            self.get_logger().warn(f'{source}/command rejected (not forwarded): {reason}',
+                                   throttle_duration_sec=1.0)
+        self._log_events()
+
+    # -- control tick -----------------------------------------------------------------------
+    def _tick(self):
+        now = self._now()
+        with self._lock:
+            self._send(self.core.tick(now), now)
+        self._log_events()
+
+    def _send(self, out, now):
+        """Publish one Output (caller holds the lock)."""
+        kind = None if out is None else ('safe: ' + out.reason) if out.safe else 'forwarding'
+        if kind != self._last_output_kind:
+            self._last_output_kind = kind
+            self.core.events.append((now, f'output: {kind or "nothing (waiting)"}'))
+        if out is None:
+            return
+        msg = JointState()
+        msg.header.stamp = rclpy.time.Time(seconds=now).to_msg()
+        msg.name = list(out.names)
+        for key in ('position', 'velocity', 'effort'):
+            value = getattr(out, key)
+            if value is not None:
+                setattr(msg, key, [float(v) for v in value])
+        self.pub_cmd.publish(msg)
+        if self.pub_array is not None:
+            self._send_array(out)
+
+    def _send_array(self, out):
+        values = getattr(out, self.array_field)
+        if out.safe:
+            if self.array_field == 'position':
+                if self._array_hold is None and self.core.q is not None:
+                    self._array_hold = dict(zip(self.core.names, self.core.q.tolist()))
+                lookup = self._array_hold
+            else:
+                lookup = {n: 0.0 for n in out.names}
+        else:
+            self._array_hold = None
+            lookup = dict(zip(out.names, values.tolist())) if values is not None else {}
+        if lookup is None or any(n not in lookup for n in self.array_order):
+            return  # a subset command cannot drive a whole forward controller: not sent
+        self.pub_array.publish(Float64MultiArray(data=[float(lookup[n])
+                                                       for n in self.array_order]))
+
+    def _log_events(self):
+        with self._lock:
+            events, self.core.events = self.core.events, []
+        for _, text in events:
+            if text.startswith('E-STOP'):
+                self.get_logger().error(text)
+            else:
+                self.get_logger().info(text)
+        if events:
+            self._publish_state()
+
+    # -- services ---------------------------------------------------------------------------
+    def _srv_estop(self, request, response):
+        now = self._now()
+        with self._lock:
+            already = self.core.latched
+            self._send(self.core.estop('operator: safety/estop service', now), now)
+            cause = self.core.cause
+        response.success = True
+        response.message = (f'e-stop already latched ({cause})' if already else
+                            f'e-stop latched; output: {self.core.cfg.safe_mode}')
+        self._log_events()
+        return response
+
+    def _srv_reset(self, request, response):
+        with self._lock:
+            response.success, response.message = self.core.reset(self._now())
+        if not response.success:
+            self.get_logger().warn(response.message)
+        self._log_events()
+        return response
+
+    def _srv_advance(self, request, response):
+        with self._lock:
+            response.success, response.message = self.core.advance_stage(self._now())
+        if not response.success:
+            self.get_logger().warn(f'advance_stage refused: {response.message}')
+        self._log_events()
+        return response
+
+    def _srv_select(self, request, response):
+        mode = 'sysid' if request.data else 'policy'
+        with self._lock:
+            response.success, response.message = self.core.select_mode(mode, self._now())
+        if not response.success:
+            self.get_logger().warn(f'select_sysid refused: {response.message}')
+        self._log_events()
+        return response
+
+    # -- reporting --------------------------------------------------------------------------
+    def _publish_state(self):
+        with self._lock:
+            status = self.core.status(self._now())
+        self.pub_state.publish(String(data=json.dumps(status)))
+
+    def _publish_diagnostics(self):
+        with self._lock:
+            s = self.core.status(self._now())
+        st = DiagnosticStatus(name='safety_supervisor', hardware_id=s['mode'])
+        if s['estop']:
+            st.level, st.message = DiagnosticStatus.ERROR, f'E-STOP: {s["estop_cause"]}'
+        elif s['output'] != 'forwarding':
+            st.level, st.message = DiagnosticStatus.WARN, f'safe mode: {s["safe_reason"]}'
+        elif s['rejected'][s['mode']] or s['clipped_outputs']:
+            st.level = DiagnosticStatus.WARN
+            st.message = (f'forwarding {s["mode"]} at stage {s["stage"]["stage"]:.2f}; '
+                          f'{s["clipped_outputs"]} clipped outputs, '
+                          f'{s["rejected"][s["mode"]]} rejected commands')
+        else:
+            st.level = DiagnosticStatus.OK
+            st.message = f'forwarding {s["mode"]} at stage {s["stage"]["stage"]:.2f}'
+        values = {'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
+                  'estop_cause': s['estop_cause'], 'output': s['output'],
+                  'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject']}
+        for kind, per_joint in s['clips'].items():
+            values[f'clips.{kind}'] = sum(per_joint.values())
+        for source, count in s['rejected'].items():
+            values[f'rejected.{source}'] = count
+        for name, info in s['inputs'].items():
+            values[f'age_ms.{name}'] = info['arrival_age_ms']
+        st.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        out = DiagnosticArray(status=[st])
+        out.header.stamp = self.get_clock().now().to_msg()
+        self.pub_diag.publish(out)
+
+
+def main(args=None):
+    """Run the safety_supervisor node."""
+    raise SystemExit(run(SafetySupervisor, args))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,180 @@
+"""Property tests of the safety limit filter: any input, any state -> within every stage limit.
+
+Each hypothesis example (SIMREAL_PROPERTY_CASES of them, default 300) is checked together with
+VARIANTS numpy-drawn variants; bench/safety_faults.py runs the same property over >= 100k cases.
+"""
+import math
+import os
+
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+import numpy as np
+
+from simreal_ros.core.safety import (DEFAULT_STAGES, Limits, Rejected, filter_command,
+                                     validate_command)
+from simreal_ros.core.safety.check import limit_violations, unchanged_when_within
+
+CASES = int(os.environ.get('SIMREAL_PROPERTY_CASES', '300'))  # hypothesis examples
+VARIANTS = 30  # numpy-drawn variants checked per hypothesis example
+STATS = {'cases': 0, 'rejected': 0, 'filtered': 0}
+
+wild = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(-1e6, 1e6),
+    st.floats(-5.0, 5.0),
+    st.sampled_from([0.0, -0.0, 1e308, -1e308, 5e-324, math.nan, math.inf, -math.inf]),
+)
+finite_state = st.floats(-20.0, 20.0)
+
+
+@st.composite
+def limits_st(draw):
+    n = draw(st.integers(1, 6))
+    names = tuple(f'j{k}' for k in range(n))
+    pos = st.floats(1e-6, 500.0)
+    lo = np.array(draw(st.lists(st.floats(-3.0, -0.01), min_size=n, max_size=n)))
+    hi = np.array(draw(st.lists(st.floats(0.01, 3.0), min_size=n, max_size=n)))
+
+    def arr(s):
+        return np.array(draw(st.lists(s, min_size=n, max_size=n)))
+    return Limits.from_mapping(names, {
+        'kp': arr(st.one_of(st.just(0.0), pos)), 'kd': arr(st.one_of(st.just(0.0),
+                                                                     st.floats(1e-6, 20.0))),
+        'position_lower': lo, 'position_upper': hi,
+        'velocity_limit': arr(st.floats(0.05, 50.0)), 'torque_limit': arr(st.floats(0.05, 300.0)),
+        'max_target_rate': arr(st.floats(0.05, 100.0))})
+
+
+@st.composite
+def case_st(draw):
+    limits = draw(limits_st())
+    n = len(limits.names)
+    scale = draw(st.one_of(st.sampled_from(DEFAULT_STAGES), st.floats(0.001, 1.0)))
+    q = np.array(draw(st.lists(finite_state, min_size=n, max_size=n)))
+    dq = np.array(draw(st.lists(st.floats(-200.0, 200.0), min_size=n, max_size=n)))
+    prev = np.array(draw(st.lists(st.one_of(st.just(math.nan), finite_state),
+                                  min_size=n, max_size=n)))
+    dt = draw(st.sampled_from([0.0, 0.002, 0.01]) | st.floats(0.0, 0.05))
+    # Names: usually a shuffled subset of the robot's, sometimes unknown or duplicated.
+    subset = draw(st.permutations(list(limits.names)))[:draw(st.integers(0, n))]
+    names = list(subset)
+    if draw(st.integers(0, 9)) == 0:
+        names.append(draw(st.sampled_from(['bogus', ''] + list(limits.names))))
+    m = len(names)
+
+    def field():
+        kind = draw(st.integers(0, 9))
+        if kind <= 1:
+            return []
+        if kind == 2:  # wrong length now and then
+            return draw(st.lists(wild, min_size=0, max_size=m + 2))
+        if kind == 3:
+            return draw(st.lists(wild, min_size=m, max_size=m))
+        return draw(st.lists(st.floats(-10.0, 10.0), min_size=m, max_size=m))
+    return limits, scale, q, dq, prev, dt, names, field(), field(), field()
+
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 1e308, -1e308, 1e12, -1e12, 0.0])
+
+
+def numpy_cases(case, seed, k):
+    """Yield k more cases around a hypothesis case (same limits), drawn with numpy.
+
+    Hypothesis drawing is the slow part (~8 ms a case); these variants keep its limits and stage
+    and vary state, previous target, names (shuffled subsets, unknown, duplicated) and fields
+    (in range, huge, NaN, inf, wrong length), so the bench reaches >= 100k checked cases.
+    """
+    limits, scale = case[0], case[1]
+    names_all = list(limits.names)
+    n = len(names_all)
+    rng = np.random.default_rng(seed)
+    for _ in range(k):
+        q = rng.uniform(-5, 5, n) * rng.choice([0.1, 1.0, 4.0])
+        dq = rng.uniform(-1, 1, n) * rng.choice([0.0, 1.0, 10.0, 200.0])
+        prev = np.where(rng.random(n) < 0.3, np.nan, q + rng.normal(0, 0.5, n))
+        dt = float(rng.choice([0.0, 0.002, rng.uniform(0, 0.05)]))
+        names = list(rng.permutation(names_all)[:rng.integers(1, n + 1)])
+        r = rng.random()
+        if r < 0.04:
+            names.append('bogus')
+        elif r < 0.08:
+            names.append(names[0])
+        m = len(names)
+
+        def field():
+            kind = rng.integers(0, 10)
+            if kind <= 2:
+                return []
+            if kind == 3:
+                return rng.uniform(-3, 3, int(rng.integers(0, m + 3))).tolist()
+            values = rng.uniform(-1, 1, m) * rng.choice([0.5, 5.0, 50.0, 1e6], m)
+            if kind == 4:
+                values[rng.integers(0, m)] = rng.choice(SPECIAL)
+            return values.tolist()
+        yield limits, scale, q, dq, prev, dt, names, field(), field(), field()
+
+
+def malformed(names, fields, joint_names):
+    """Say (independently of the filter) whether a command must be rejected as a whole."""
+    if not names or len(set(names)) != len(names) or any(n not in joint_names for n in names):
+        return True
+    present = [f for f in fields if len(f)]
+    if not present:
+        return True
+    return any(len(f) != len(names) or not all(math.isfinite(v) for v in f) for f in present)
+
+
+def check_case(case):
+    """Assert the filter's contract for one case; return 'rejected' or 'filtered'."""
+    limits, scale, q, dq, prev, dt, names, pos, vel, eff = case
+    STATS['cases'] += 1
+    must_reject = malformed(names, (pos, vel, eff), limits.names)
+    try:
+        cmd = validate_command(names, pos, vel, eff, limits.names)
+    except Rejected as exc:
+        assert must_reject, f'valid command rejected: {exc}'
+        assert str(exc), 'a rejection must carry a reason'
+        STATS['rejected'] += 1
+        return 'rejected'
+    assert not must_reject, f'malformed command accepted: {names} {pos} {vel} {eff}'
+    out, clips = filter_command(limits, scale, cmd, q, dq, prev, dt)
+    bad = limit_violations(limits, scale, cmd, out, q, dq, prev, dt)
+    assert not bad, bad
+    altered = unchanged_when_within(limits, scale, cmd, out, q, dq, prev, dt)
+    assert altered is None, altered
+    # Every change the filter made is counted for that joint.
+    for key in ('position', 'velocity', 'effort'):
+        a, b = getattr(cmd, key), getattr(out, key)
+        if a is not None:
+            changed = a != b
+            counted = np.any(np.stack(list(clips.values())), axis=0)
+            assert np.all(counted[changed]), f'{key} changed without a clip counted'
+    STATS['filtered'] += 1
+    return 'filtered'
+
+
+def make_property(examples, variants=VARIANTS, bench=False):
+    """Return the property over `examples` hypothesis examples, each with `variants` more.
+
+    The returned function takes no arguments; each example checks 1 + variants cases.
+    """
+    kwargs = dict(max_examples=examples, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+    if bench:
+        kwargs.update(phases=[Phase.generate, Phase.shrink])
+
+    @settings(**kwargs)
+    @given(case_st(), st.integers(0, 2**32 - 1))
+    def prop(case, seed):
+        check_case(case)
+        for variant in numpy_cases(case, seed, variants):
+            check_case(variant)
+    return prop
+
+
+def test_filter_output_respects_every_stage_limit_for_any_input():
+    before = dict(STATS)
+    make_property(CASES)()
+    assert STATS['cases'] - before['cases'] == CASES * (1 + VARIANTS)
+    # The generators reach both sides: whole-command rejections and the filter.
+    assert STATS['filtered'] - before['filtered'] > CASES
+    assert STATS['rejected'] - before['rejected'] > CASES // 10
