@@ -1,0 +1,336 @@
+"""Experiment design: per-joint command schedules inside the SysID limits and the joint range.
+
+Each experiment moves one joint while the others are held at `hold_position`, starting with a
+smooth approach from the robot's current pose. Commands carry position and velocity targets for
+every joint and a feed-forward effort that cancels the nominal model's gravity at the target
+pose (links are known; only actuator parameters are not).
+
+- friction: quasistatic sweeps at constant velocity, both directions, several speeds, under
+  closed-loop velocity tracking (position ramp + velocity target);
+- inertia: a band-limited multi-sine target (Schroeder phases) with bounded amplitude;
+- latency: a wider-band multi-sine with a higher top frequency (timing resolution).
+"""
+from dataclasses import dataclass, field
+import math
+
+import numpy as np
+
+from simreal_ros.core.config import ConfigError
+
+KINDS = ('friction', 'inertia', 'latency')
+
+
+@dataclass
+class SysidSettings:
+    """What the experiments may do (one entry per joint unless scalar); see config/robots."""
+
+    joint_names: list
+    hold_position: np.ndarray
+    velocity_limit: np.ndarray        # rad/s, the supervisor's SysID velocity limit or tighter
+    torque_limit: np.ndarray          # N*m, the supervisor's SysID torque limit or tighter
+    acceleration_limit: np.ndarray    # rad/s^2
+    kp: np.ndarray                    # the driver's PD gains (they shape the torque we ask for)
+    kd: np.ndarray
+    range_margin: float = 0.15        # rad kept from each end of the joint range
+    command_rate_hz: float = 500.0
+    approach_speed_fraction: float = 0.5
+    settle_s: float = 0.3
+    gravity_feedforward: bool = True
+    # friction
+    sweep_half_range: float = 0.6     # rad each side of the hold position
+    friction_speeds: tuple = (0.2, 0.4, 0.8, 1.6)   # rad/s (capped at 0.9 * velocity_limit)
+    # inertia
+    inertia_duration_s: float = 10.0
+    inertia_band_hz: tuple = (0.4, 4.0)
+    # latency
+    latency_duration_s: float = 4.0
+    latency_band_hz: tuple = (1.0, 12.0)
+    max_latency_s: float = 0.06
+    n_sines: int = 10
+    seed: int = 7                    # phases of the multi-sines (deterministic design)
+
+    @classmethod
+    def from_params(cls, params, joint_names, kp, kd, source='sysid'):
+        """Build from flat node parameters; raise ConfigError naming the parameter."""
+        n = len(joint_names)
+
+        def per_joint(key, default=None):
+            value = params.get(key, default)
+            if value is None:
+                raise ConfigError(f'{source}.{key} is missing (one value per joint)')
+            arr = np.asarray(value, dtype=float).reshape(-1)
+            if arr.size == 1:
+                arr = np.full(n, float(arr[0]))
+            if arr.size != n or not np.all(np.isfinite(arr)):
+                raise ConfigError(f'{source}.{key}: expected {n} finite values (joint_names '
+                                  f'{list(joint_names)}), got {value}')
+            return arr
+
+        out = cls(joint_names=list(joint_names),
+                  hold_position=per_joint('hold_position', [0.0] * n),
+                  velocity_limit=per_joint('velocity_limit'),
+                  torque_limit=per_joint('torque_limit'),
+                  acceleration_limit=per_joint('acceleration_limit', [50.0] * n),
+                  kp=per_joint('kp', kp), kd=per_joint('kd', kd))
+        for key in ('range_margin', 'command_rate_hz', 'approach_speed_fraction', 'settle_s',
+                    'sweep_half_range', 'inertia_duration_s', 'latency_duration_s',
+                    'max_latency_s'):
+            if key in params:
+                setattr(out, key, float(params[key]))
+        for key in ('gravity_feedforward',):
+            if key in params:
+                setattr(out, key, bool(params[key]))
+        for key in ('friction_speeds', 'inertia_band_hz', 'latency_band_hz'):
+            if key in params:
+                setattr(out, key, tuple(float(v) for v in params[key]))
+        for key in ('n_sines', 'seed'):
+            if key in params:
+                setattr(out, key, int(params[key]))
+        out.validate(source)
+        return out
+
+    def validate(self, source='sysid'):
+        for key in ('velocity_limit', 'torque_limit', 'acceleration_limit'):
+            if np.any(getattr(self, key) <= 0):
+                raise ConfigError(f'{source}.{key} must be > 0 for every joint')
+        if self.command_rate_hz <= 0 or self.settle_s < 0 or self.sweep_half_range <= 0:
+            raise ConfigError(f'{source}: command_rate_hz, sweep_half_range must be > 0 and '
+                              'settle_s >= 0')
+        if len(self.friction_speeds) < 2 or min(self.friction_speeds) <= 0:
+            raise ConfigError(f'{source}.friction_speeds needs >= 2 speeds > 0 (Coulomb and '
+                              'viscous friction cannot be separated with one)')
+        for key in ('inertia_band_hz', 'latency_band_hz'):
+            band = getattr(self, key)
+            if len(band) != 2 or not 0 < band[0] < band[1]:
+                raise ConfigError(f'{source}.{key} must be [low, high] with 0 < low < high')
+
+
+@dataclass
+class Experiment:
+    """A command schedule for one joint; rows at the command rate, times from the start."""
+
+    kind: str
+    joint: str
+    index: int
+    names: list
+    t: np.ndarray
+    position: np.ndarray     # (N, n) targets
+    velocity: np.ndarray     # (N, n) targets
+    effort: np.ndarray       # (N, n) feed-forward
+    segment: np.ndarray      # (N,) segment id of the excitation, -1 outside it
+    steady: np.ndarray       # (N,) bool: friction sweep at constant velocity, settled
+    target_speed: np.ndarray  # (N,) friction: target velocity of the segment (0 outside)
+    phases: list = field(default_factory=list)   # (start_time, name)
+    excitation_start: float = 0.0
+
+    @property
+    def duration(self):
+        return float(self.t[-1] - self.t[0]) if len(self.t) else 0.0
+
+    def phase_at(self, t):
+        name = self.phases[0][1] if self.phases else ''
+        for start, label in self.phases:
+            if t >= start:
+                name = label
+        return name
+
+
+def _joint_window(settings, index, position_range):
+    lo, hi = position_range[index]
+    lo, hi = lo + settings.range_margin, hi - settings.range_margin
+    c = float(settings.hold_position[index])
+    if not lo < c < hi:
+        raise ConfigError(f'hold_position[{index}] = {c} of joint '
+                          f'{settings.joint_names[index]!r} is outside its range '
+                          f'[{lo:.3f}, {hi:.3f}] (joint range minus range_margin)')
+    half = min(settings.sweep_half_range, c - lo, hi - c)
+    return c, half
+
+
+def _min_jerk(start, goal, duration, rate):
+    n = max(2, int(math.ceil(duration * rate)) + 1)
+    s = np.linspace(0.0, 1.0, n)
+    shape = 10 * s**3 - 15 * s**4 + 6 * s**5
+    dshape = (30 * s**2 - 60 * s**3 + 30 * s**4) / duration
+    pos = start + (goal - start) * shape[:, None]
+    vel = (goal - start) * dshape[:, None]
+    return pos, vel
+
+
+class _Builder:
+    """Append rows of targets at the command rate."""
+
+    def __init__(self, settings, index, start):
+        self.s = settings
+        self.i = index
+        self.dt = 1.0 / settings.command_rate_hz
+        self.pos = [np.asarray(start, float)[None, :]]
+        self.vel = [np.zeros((1, len(start)))]
+        self.seg = [np.array([-1])]
+        self.steady = [np.array([False])]
+        self.speed = [np.array([0.0])]
+        self.phases = [(0.0, 'approach')]
+
+    @property
+    def rows(self):
+        return sum(len(p) for p in self.pos)
+
+    @property
+    def now(self):
+        return (self.rows - 1) * self.dt
+
+    def append(self, pos, vel, seg=-1, steady=None, speed=0.0):
+        k = len(pos)
+        self.pos.append(pos)
+        self.vel.append(vel)
+        self.seg.append(np.full(k, seg))
+        self.steady.append(np.zeros(k, bool) if steady is None else steady)
+        self.speed.append(np.full(k, speed))
+
+    def hold(self, duration, seg=-1):
+        k = int(round(duration / self.dt))
+        last = self.pos[-1][-1]
+        self.append(np.repeat(last[None, :], k, 0), np.zeros((k, len(last))), seg)
+
+    def approach(self, goal):
+        last = self.pos[-1][-1]
+        dist = np.abs(goal - last)
+        vmax = self.s.approach_speed_fraction * self.s.velocity_limit
+        duration = max(0.5, float(np.max(1.875 * dist / vmax)))
+        pos, vel = _min_jerk(last, goal, duration, self.s.command_rate_hz)
+        self.append(pos[1:], vel[1:])
+
+    def joint_move(self, goal, speed, seg, settle):
+        """Trapezoidal move of the tested joint; constant-speed rows after `settle` s are steady."""
+        last = self.pos[-1][-1]
+        start = last[self.i]
+        dist = goal - start
+        direction = math.copysign(1.0, dist)
+        acc = float(self.s.acceleration_limit[self.i])
+        t_acc = speed / acc
+        if abs(dist) < speed * t_acc:      # triangle profile
+            t_acc = math.sqrt(abs(dist) / acc)
+            speed = acc * t_acc
+        t_const = abs(dist) / speed - t_acc
+        total = 2 * t_acc + t_const
+        t = np.arange(1, int(math.ceil(total / self.dt)) + 1) * self.dt
+        t = np.minimum(t, total)
+        v = np.where(t < t_acc, acc * t, np.where(t < t_acc + t_const, speed,
+                                                  acc * np.maximum(total - t, 0.0)))
+        p = np.where(t < t_acc, 0.5 * acc * t**2,
+                     np.where(t < t_acc + t_const, 0.5 * acc * t_acc**2 + speed * (t - t_acc),
+                              abs(dist) - 0.5 * acc * np.maximum(total - t, 0.0)**2))
+        pos = np.repeat(last[None, :], len(t), 0)
+        vel = np.zeros_like(pos)
+        pos[:, self.i] = start + direction * p
+        vel[:, self.i] = direction * v
+        steady = (t >= t_acc + settle) & (t < t_acc + t_const)
+        self.append(pos, vel, seg, steady, direction * speed)
+
+    def build(self, kind, nominal, names):
+        pos = np.concatenate(self.pos)
+        vel = np.concatenate(self.vel)
+        t = np.arange(len(pos)) * self.dt
+        if self.s.gravity_feedforward:
+            effort = nominal.gravity(pos)
+        else:
+            effort = np.zeros_like(pos)
+        seg = np.concatenate(self.seg)
+        start = float(t[np.argmax(seg >= 0)]) if np.any(seg >= 0) else 0.0
+        return Experiment(kind, names[self.i], self.i, list(names), t, pos, vel, effort, seg,
+                          np.concatenate(self.steady), np.concatenate(self.speed),
+                          self.phases, start)
+
+
+def _multisine(settings, index, band, duration, half, seed):
+    """Target offset and velocity of a Schroeder-phased multi-sine within the joint's limits."""
+    rate = settings.command_rate_hz
+    n = settings.n_sines
+    t = np.arange(int(round(duration * rate))) / rate
+    # Frequencies on the period's grid (log-spaced), so every component has whole cycles.
+    f = np.unique(np.round(np.geomspace(band[0], band[1], n) * duration) / duration)
+    k = np.arange(1, len(f) + 1)
+    phase = -np.pi * k * (k - 1) / len(f) + np.random.default_rng(seed).uniform(0, 0.1, len(f))
+    w = 2 * np.pi * f
+    amp = 1.0 / w                                     # equal velocity per component
+    pos = np.sin(np.outer(t, w) + phase) @ amp
+    vel = np.cos(np.outer(t, w) + phase) @ (amp * w)
+    acc = -np.sin(np.outer(t, w) + phase) @ (amp * w**2)
+    kp, kd = settings.kp[index], settings.kd[index]
+    # Torque bound: the PD torque if the joint did not move at all (conservative).
+    tau_bound = np.sum(amp * (kp + kd * w))
+    scale = min(0.8 * half / np.max(np.abs(pos)),
+                0.8 * settings.velocity_limit[index] / np.max(np.abs(vel)),
+                0.8 * settings.acceleration_limit[index] / np.max(np.abs(acc)),
+                0.6 * settings.torque_limit[index] / tau_bound)
+    # Fade in and out over 0.25 s (keeps velocity and acceleration continuous).
+    ramp = np.clip(np.minimum(t, duration - t) / 0.25, 0.0, 1.0)
+    env = ramp**2 * (3 - 2 * ramp)
+    denv = np.gradient(env, t)
+    return scale * pos * env, scale * (vel * env + pos * denv)
+
+
+def design_for(kind, joint, settings, nominal, current_position):
+    """Return the Experiment `kind` for joint `joint`, starting at `current_position`."""
+    if kind not in KINDS:
+        raise ValueError(f'unknown experiment {kind!r}; expected one of {KINDS}')
+    names = settings.joint_names
+    if joint not in names:
+        raise ConfigError(f'joint {joint!r} is not in joint_names {names}')
+    i = names.index(joint)
+    current = np.asarray(current_position, float)
+    if current.shape != (len(names),) or not np.all(np.isfinite(current)):
+        raise ValueError(f'current position must be {len(names)} finite values')
+    c, half = _joint_window(settings, i, nominal.position_range)
+    b = _Builder(settings, i, current)
+    hold = settings.hold_position.astype(float).copy()
+    if kind == 'friction':
+        start = hold.copy()
+        start[i] = c - half
+        b.approach(start)
+        b.hold(settings.settle_s)
+        b.phases.append((b.now, 'sweeps'))
+        vmax = 0.9 * settings.velocity_limit[i]
+        speeds = sorted({min(float(v), vmax) for v in settings.friction_speeds})
+        if len(speeds) < 2:
+            raise ConfigError('friction_speeds: fewer than 2 distinct speeds remain below '
+                              f'0.9 * velocity_limit ({vmax:.3f} rad/s) for {joint!r}')
+        seg = 0
+        for v in speeds:
+            b.phases.append((b.now, f'sweep {v:.2f} rad/s'))
+            b.joint_move(c + half, v, seg, settings.settle_s)
+            b.joint_move(c - half, v, seg + 1, settings.settle_s)
+            seg += 2
+        b.phases.append((b.now, 'return'))
+        b.approach(hold)
+    else:
+        duration = (settings.inertia_duration_s if kind == 'inertia'
+                    else settings.latency_duration_s)
+        band = settings.inertia_band_hz if kind == 'inertia' else settings.latency_band_hz
+        b.approach(hold)
+        b.hold(settings.settle_s)
+        b.phases.append((b.now, 'excitation'))
+        dq, dv = _multisine(settings, i, band, duration, half, settings.seed)
+        pos = np.repeat(hold[None, :], len(dq), 0)
+        vel = np.zeros_like(pos)
+        pos[:, i] += dq
+        vel[:, i] = dv
+        b.append(pos, vel, seg=0)
+        b.phases.append((b.now, 'settle'))
+        b.hold(settings.settle_s)
+    return b.build(kind, nominal, names)
+
+
+def check_limits(experiment, settings, nominal):
+    """Return a list of violations (empty when every command is inside the SysID limits)."""
+    problems = []
+    i = experiment.index
+    lo, hi = nominal.position_range[:, 0], nominal.position_range[:, 1]
+    if np.any(experiment.position < lo) or np.any(experiment.position > hi):
+        problems.append('position target outside the joint range')
+    if np.any(np.abs(experiment.velocity) > settings.velocity_limit * (1 + 1e-9)):
+        problems.append('velocity target above velocity_limit')
+    if np.any(np.abs(experiment.effort) > settings.torque_limit):
+        problems.append('feed-forward effort above torque_limit')
+    del i
+    return problems

@@ -1,0 +1,387 @@
+"""Estimators for joint friction, inertia (armature) and command latency, with honest intervals.
+
+Every estimator returns a `Fit`: estimates with 95 % intervals, residual statistics and the
+condition number of the regression, or raises `IdentificationError` whose `reason` is one of
+'not enough excitation', 'joint did not move', 'saturated', 'bad data' when the data cannot
+support a number.
+
+Intervals are sandwich (heteroscedasticity- and autocorrelation-consistent, Newey-West)
+intervals: residuals of filtered signals and of a simulated response are correlated in time,
+and ordinary least-squares intervals would be several times too narrow.
+"""
+from dataclasses import dataclass, field
+import math
+
+import numpy as np
+from scipy import optimize, signal, stats
+
+from simreal_ros.core.sysid.model import simulate_joint
+
+REASONS = ('not enough excitation', 'joint did not move', 'saturated', 'bad data')
+
+
+class IdentificationError(ValueError):
+    """The data cannot support an estimate; `reason` is one of REASONS."""
+
+    def __init__(self, reason, detail):
+        assert reason in REASONS, reason
+        super().__init__(f'{reason}: {detail}')
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Estimate:
+    parameter: str
+    value: float
+    low: float
+    high: float
+    units: str
+    method: str
+
+    @property
+    def interval(self):
+        return (self.low, self.high)
+
+    def covers(self, truth):
+        return self.low <= truth <= self.high
+
+
+@dataclass
+class Fit:
+    kind: str
+    joint: str
+    estimates: dict                  # parameter -> Estimate
+    residual_rms: float
+    residual_max: float
+    r_squared: float
+    condition: float
+    samples: int
+    notes: dict = field(default_factory=dict)
+
+    def value(self, parameter):
+        return self.estimates[parameter].value
+
+
+@dataclass
+class Recording:
+    """What an experiment commanded and what the robot measured (times from the start)."""
+
+    names: list
+    t: np.ndarray             # sample times (s)
+    position: np.ndarray      # (N, n) measured
+    velocity: np.ndarray
+    effort: np.ndarray
+    cmd_t: np.ndarray         # command arrival times (s)
+    cmd_position: np.ndarray  # (M, n)
+    cmd_velocity: np.ndarray
+    cmd_effort: np.ndarray
+
+    def validate(self):
+        arrays = (self.position, self.velocity, self.effort)
+        if len(self.t) < 10 or any(a.shape != (len(self.t), len(self.names)) for a in arrays):
+            raise IdentificationError('bad data', f'{len(self.t)} samples with inconsistent '
+                                      'shapes; the recording is incomplete')
+        if not all(np.all(np.isfinite(a)) for a in arrays):
+            raise IdentificationError('bad data', 'non-finite measurements in the recording')
+        if np.any(np.diff(self.t) <= 0):
+            raise IdentificationError('bad data', 'sample times are not increasing')
+
+
+def row_at(times, query):
+    """Index of the row (held from times[j]) that is active at each query time."""
+    return np.clip(np.searchsorted(times, query, side='right') - 1, 0, len(times) - 1)
+
+
+def sample_labels(rec, experiment):
+    """Map the experiment's per-command labels (segment, steady, speed) to the samples."""
+    j = row_at(experiment.t, rec.t)
+    return experiment.segment[j], experiment.steady[j], experiment.target_speed[j]
+
+
+def _decorrelation_lag(r):
+    r = r - r.mean()
+    n = len(r)
+    spec = np.fft.rfft(r, 2 * n)
+    acf = np.fft.irfft(spec * np.conj(spec))[:n]
+    if acf[0] <= 0:
+        return 1
+    acf = acf / acf[0]
+    below = np.nonzero(acf < 0.1)[0]
+    first = int(below[0]) if below.size else n // 10
+    return int(max(2, min(4 * first, n // 5)))
+
+
+def ols_hac(X, y, lag=None):
+    """Least squares with a Newey-West covariance; return theta, cov, residuals, cond, lag."""
+    scale = np.linalg.norm(X, axis=0)
+    scale[scale == 0] = 1.0
+    Xs = X / scale
+    cond = float(np.linalg.cond(Xs))
+    theta_s, *_ = np.linalg.lstsq(Xs, y, rcond=None)
+    r = y - Xs @ theta_s
+    lag = _decorrelation_lag(r) if lag is None else lag
+    g = Xs * r[:, None]
+    S = g.T @ g
+    for ell in range(1, lag + 1):
+        w = 1.0 - ell / (lag + 1.0)
+        G = g[ell:].T @ g[:-ell]
+        S += w * (G + G.T)
+    inv = np.linalg.pinv(Xs.T @ Xs)
+    cov_s = inv @ S @ inv
+    theta = theta_s / scale
+    cov = cov_s / np.outer(scale, scale)
+    return theta, cov, r, cond, lag
+
+
+def _z(level=0.95):
+    return float(stats.norm.ppf(0.5 + level / 2))
+
+
+def _estimate(name, value, std, units, method):
+    h = _z() * std
+    return Estimate(name, float(value), float(value - h), float(value + h), units, method)
+
+
+def lowpass(x, fs, cutoff):
+    """Zero-phase 4th-order Butterworth low-pass along axis 0."""
+    b, a = signal.butter(4, min(cutoff / (fs / 2), 0.95))
+    return signal.filtfilt(b, a, x, axis=0, padlen=min(len(x) - 1, 3 * max(len(a), len(b))))
+
+
+def _dilate(mask, k):
+    if k <= 0:
+        return mask
+    return np.convolve(mask.astype(float), np.ones(2 * k + 1), mode='same') > 0
+
+
+def _check_saturation(tau, limit, mask, joint):
+    if limit is None or not np.isfinite(limit):
+        return
+    frac = float(np.mean(np.abs(tau[mask]) >= 0.98 * limit)) if np.any(mask) else 0.0
+    if frac > 0.01:
+        raise IdentificationError('saturated', f'{joint}: torque at the limit ({limit:g} N*m) in '
+                                  f'{100 * frac:.1f} % of the samples; lower the excitation '
+                                  'amplitude or speeds')
+
+
+def _r2(y, r):
+    var = float(np.var(y))
+    return 1.0 - float(np.var(r)) / var if var > 0 else 0.0
+
+
+def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.0):
+    """Coulomb and viscous friction from constant-velocity sweeps in both directions.
+
+    Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + b, on settled constant-velocity
+    samples; tau_rigid is the nominal model's inverse dynamics (gravity, coupling), b a torque
+    offset (sensor bias, gravity model error), fitted and reported as a note.
+    """
+    rec.validate()
+    i = experiment.index
+    joint = experiment.joint
+    _, steady, speed = sample_labels(rec, experiment)
+    if np.count_nonzero(steady) < 50:
+        raise IdentificationError('not enough excitation', f'{joint}: only '
+                                  f'{np.count_nonzero(steady)} constant-velocity samples')
+    speeds = np.unique(speed[steady])
+    if np.count_nonzero(speeds > 0) < 2 or np.count_nonzero(speeds < 0) < 1:
+        raise IdentificationError('not enough excitation', f'{joint}: sweeps need >= 2 speeds '
+                                  'and both directions to separate Coulomb and viscous friction')
+    qd_i = rec.velocity[:, i]
+    for v in speeds:
+        sel = steady & (speed == v)
+        moved = float(np.mean(qd_i[sel]))
+        if abs(moved) < 0.3 * abs(v) or math.copysign(1, moved) != math.copysign(1, v):
+            raise IdentificationError('joint did not move', f'{joint}: commanded {v:+.3f} rad/s, '
+                                      f'measured {moved:+.4f} rad/s (blocked, at a limit or '
+                                      'the command did not reach the robot)')
+    _check_saturation(rec.effort[:, i], torque_limit, steady, joint)
+    fs = 1.0 / float(np.median(np.diff(rec.t)))
+    qf = lowpass(rec.position, fs, filter_hz)
+    qdf = lowpass(rec.velocity, fs, filter_hz)
+    qddf = np.gradient(qdf, rec.t, axis=0)
+    rigid = nominal.inverse_dynamics(qf[steady], qdf[steady], qddf[steady])[:, i]
+    y = rec.effort[steady, i] - rigid
+    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], np.ones(len(y))])
+    theta, cov, r, cond, lag = ols_hac(X, y)
+    std = np.sqrt(np.diag(cov))
+    if theta[0] <= 0 or theta[1] < -3 * std[1]:
+        raise IdentificationError('not enough excitation', f'{joint}: fit gave Coulomb '
+                                  f'{theta[0]:.4f} N*m, viscous {theta[1]:.4f} N*m*s/rad; '
+                                  'the sweeps do not explain the torque')
+    method = 'quasistatic constant-velocity sweeps, LS with Newey-West interval'
+    est = {'coulomb_friction': _estimate('coulomb_friction', theta[0], std[0], 'N*m', method),
+           'viscous_damping': _estimate('viscous_damping', theta[1], std[1], 'N*m*s/rad',
+                                        method)}
+    return Fit('friction', joint, est, float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r))),
+               _r2(y, r), cond, len(y),
+               {'torque_offset': float(theta[2]), 'hac_lag': lag,
+                'speeds': [float(v) for v in speeds]})
+
+
+def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None,
+                     min_speed=0.05):
+    """Armature and effective inertia from a multi-sine by filtered least squares.
+
+    Model: tau - tau_rigid = Ja*qdd + Fv*qd + Fc*sign(qd) + b, with the same zero-phase
+    filter on torque and every regressor column; samples near zero velocity (where dry
+    friction sticks) are left out. Effective inertia = Ja + the nominal link inertia at the
+    pose (mj_fullM diagonal).
+    """
+    rec.validate()
+    i = experiment.index
+    joint = experiment.joint
+    seg, _, _ = sample_labels(rec, experiment)
+    fs = 1.0 / float(np.median(np.diff(rec.t)))
+    if filter_hz is None:
+        filter_hz = 25.0
+    qf = lowpass(rec.position, fs, filter_hz)
+    qdf = lowpass(rec.velocity, fs, filter_hz)
+    qddf = np.gradient(qdf, rec.t, axis=0)
+    tauf = lowpass(rec.effort[:, i], fs, filter_hz)
+    sf = lowpass(np.sign(qdf[:, i]), fs, filter_hz)
+    excite = seg >= 0
+    if np.count_nonzero(excite) < 100:
+        raise IdentificationError('not enough excitation', f'{joint}: no excitation samples')
+    _check_saturation(rec.effort[:, i], torque_limit, excite, joint)
+    rms_v = float(np.sqrt(np.mean(qdf[excite, i]**2)))
+    if rms_v < 2 * min_speed:
+        raise IdentificationError('joint did not move', f'{joint}: RMS velocity {rms_v:.4f} '
+                                  'rad/s during the excitation (blocked, or the command did '
+                                  'not reach the robot)')
+    slow = _dilate(np.abs(qdf[:, i]) < min_speed, int(round(0.01 * fs)))
+    edge = int(round(2.0 * fs / filter_hz))
+    use = excite & ~slow
+    use[:edge] = False
+    use[-edge:] = False
+    if np.count_nonzero(use) < 100:
+        raise IdentificationError('not enough excitation', f'{joint}: only '
+                                  f'{np.count_nonzero(use)} moving samples')
+    rigid = nominal.inverse_dynamics(qf[use], qdf[use], qddf[use])[:, i]
+    y = tauf[use] - rigid
+    X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y))])
+    theta, cov, r, cond, lag = ols_hac(X, y)
+    std = np.sqrt(np.diag(cov))
+    rel = std[0] * _z() / max(abs(theta[0]), 1e-9)
+    link = nominal.mass_diagonal(np.median(rec.position[excite], axis=0))[i]
+    if cond > 1e4 or (rel > 0.5 and std[0] * _z() > 0.1 * (link + abs(theta[0]))):
+        raise IdentificationError('not enough excitation', f'{joint}: armature '
+                                  f'{theta[0]:.4g} +- {std[0] * _z():.2g} kg*m^2 (condition '
+                                  f'{cond:.0f}); raise the multi-sine amplitude or duration')
+    method = 'multi-sine, filtered LS on tau = J*qdd + Fv*qd + Fc*sign(qd), Newey-West'
+    est = {'armature': _estimate('armature', theta[0], std[0], 'kg*m^2', method),
+           'effective_inertia': _estimate('effective_inertia', theta[0] + link, std[0],
+                                          'kg*m^2', method + ' + nominal link inertia')}
+    return Fit('inertia', joint, est, float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r))),
+               _r2(y, r), cond, len(y),
+               {'link_inertia': float(link), 'viscous_damping': float(theta[1]),
+                'coulomb_friction': float(theta[2]), 'torque_offset': float(theta[3]),
+                'viscous_damping_std': float(std[1]), 'coulomb_friction_std': float(std[2]),
+                'filter_hz': float(filter_hz), 'hac_lag': lag})
+
+
+def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
+                     max_latency=0.06, torque_limit=None, coarse_s=1.0, filter_hz=40.0):
+    """Command transport delay by aligning measured and simulated velocity (sub-sample).
+
+    The identified joint (nominal links + joint_params: armature, viscous_damping,
+    coulomb_friction of this joint) is simulated from the recorded commands delayed by d, with
+    the other joints as measured; d minimises the velocity output error. The servo's own lag
+    is in the simulation, so it is not counted as delay. Coarse grid (1 ms) on the first
+    `coarse_s` of the excitation, then a 0.1 ms grid on all of it and a parabola through the
+    minimum.
+    """
+    rec.validate()
+    i = experiment.index
+    joint = experiment.joint
+    seg, _, _ = sample_labels(rec, experiment)
+    excite = np.nonzero(seg >= 0)[0]
+    if excite.size < 100:
+        raise IdentificationError('not enough excitation', f'{joint}: no excitation samples')
+    lim = np.inf if torque_limit is None else float(torque_limit)
+    _check_saturation(rec.effort[:, i], lim, seg >= 0, joint)
+    rms_v = float(np.sqrt(np.mean(rec.velocity[excite, i]**2)))
+    if rms_v < 0.05:
+        raise IdentificationError('joint did not move', f'{joint}: RMS velocity {rms_v:.4f} '
+                                  'rad/s during the excitation')
+    fs = 1.0 / float(np.median(np.diff(rec.t)))
+    qf = lowpass(rec.position, fs, filter_hz)
+    qdf = lowpass(rec.velocity, fs, filter_hz)
+    qddf = np.gradient(qdf, rec.t, axis=0)
+    k0 = max(0, excite[0] - int(0.05 * fs))
+    k1 = excite[-1] + 1
+    win = slice(k0, k1)
+    qdd_rest = qddf[win].copy()
+    qdd_rest[:, i] = 0.0
+    rest = nominal.inverse_dynamics(qf[win], qdf[win], qdd_rest)[:, i]
+    delta = np.zeros(len(rec.names))
+    delta[i] = 1e-4
+    zero = np.zeros_like(qf[win])
+    slope = (nominal.inverse_dynamics(qf[win] + delta, zero, zero)[:, i]
+             - nominal.inverse_dynamics(qf[win] - delta, zero, zero)[:, i]) / 2e-4
+    link = nominal.mass_diagonal(np.median(qf[win], axis=0))[i]
+    theta = np.array([joint_params['armature'][i], joint_params['viscous_damping'][i],
+                      joint_params['coulomb_friction'][i]])
+    theta_std = np.array([joint_params.get('armature_std', np.zeros(len(rec.names)))[i],
+                          joint_params.get('viscous_damping_std', np.zeros(len(rec.names)))[i],
+                          joint_params.get('coulomb_friction_std',
+                                           np.zeros(len(rec.names)))[i]])
+    sample_t = rec.t[win]
+    meas = rec.velocity[win, i]
+    cols = np.column_stack([rec.cmd_position[:, i], rec.cmd_velocity[:, i],
+                            rec.cmd_effort[:, i]])
+
+    def simulate(delays, n=None, params=None):
+        st = sample_t if n is None else sample_t[:n]
+        m = len(st)
+        a, fv, fc = theta if params is None else params
+        _, qd = simulate_joint(st, qf[win][:m, i], rest[:m], slope[:m], link + a, fv, fc,
+                               kp[i], kd[i], rec.cmd_t, cols, physics_dt, delays,
+                               qd0=qdf[k0, i], torque_limit=lim)
+        return qd
+
+    def cost(delays, n=None):
+        sim = simulate(delays, n)
+        m = sim.shape[0]
+        return np.sum((sim - meas[:m, None])**2, axis=0)
+
+    n_coarse = min(len(sample_t), int(coarse_s * fs) + (excite[0] - k0))
+    grid = np.arange(0.0, max_latency + 1e-9, 0.001)
+    d0 = float(grid[int(np.argmin(cost(grid, n_coarse)))])
+    fine = np.arange(max(0.0, d0 - 0.0015), min(max_latency, d0 + 0.0015) + 1e-9, 1e-4)
+    c = cost(fine)
+    k = int(np.clip(np.argmin(c), 2, len(fine) - 3))
+    a2, a1, _ = np.polyfit(fine[k - 2:k + 3] - fine[k], c[k - 2:k + 3], 2)
+    d = float(fine[k] - a1 / (2 * a2)) if a2 > 0 else float(fine[k])
+    if d <= 2e-4 or d >= max_latency - 2e-4:
+        raise IdentificationError('not enough excitation', f'{joint}: best delay {d * 1e3:.2f} '
+                                  f'ms is at the search bound [0, {max_latency * 1e3:.0f}] ms')
+    # Interval: measurement part (Newey-West on the output error) plus the part the joint
+    # parameters' own uncertainty brings (first-order propagation through the simulation).
+    h = 2e-4
+    dth = np.maximum(np.abs(theta) * 0.02, 1e-4)
+    cols_d = np.array([d - h, d, d + h, d, d, d])
+    params = np.tile(theta[:, None], (1, 6))
+    for k in range(3):
+        params[k, 3 + k] += dth[k]
+    sims = simulate(cols_d, params=params)
+    sens = (sims[:, 2] - sims[:, 0]) / (2 * h)
+    r = meas - sims[:, 1]
+    step, cov, _, _, lag = ols_hac(sens[:, None], r)
+    dd_dtheta = np.array([-(sens @ (sims[:, 3 + k] - sims[:, 1])) / dth[k] / (sens @ sens)
+                          for k in range(3)])
+    std_noise = float(np.sqrt(cov[0, 0]))
+    std_params = float(np.sqrt(np.sum((dd_dtheta * theta_std)**2)))
+    std = math.hypot(std_noise, std_params)
+    if std * _z() > 0.005:
+        raise IdentificationError('not enough excitation', f'{joint}: delay {d * 1e3:.2f} ms '
+                                  f'+- {std * _z() * 1e3:.1f} ms; excite more or faster')
+    method = 'multi-sine, output-error alignment with the identified joint simulation'
+    est = {'latency': _estimate('latency', d, std, 's', method)}
+    return Fit('latency', joint, est, float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r))),
+               _r2(meas, r), 1.0, len(r),
+               {'hac_lag': lag, 'coarse_delay': d0, 'gauss_newton_step': float(step[0]),
+                'std_noise': std_noise, 'std_from_params': std_params,
+                'joint_params': {'armature': float(theta[0]), 'viscous_damping': float(theta[1]),
+                                 'coulomb_friction': float(theta[2])}})

@@ -1,0 +1,114 @@
+"""Run SysID experiments on a SimPlant directly (the core path, faster than real time).
+
+`record` drives the plant like the ROS nodes drive sim_robot: the robot is sampled at
+`sample_rate_hz` and, at each sample, the command row active at that time is sent.
+`identify_joint` runs friction, inertia and latency experiments on one joint in that order
+(each later experiment uses what the earlier ones identified) and returns the fits, the
+seed baselines on the same data and the robot time used.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simreal_ros.core.sysid import baselines
+from simreal_ros.core.sysid.design import design_for
+from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
+                                               estimate_friction, estimate_inertia,
+                                               estimate_latency, row_at)
+
+
+def record(plant, experiment, sample_rate_hz=500.0):
+    """Drive `plant` with `experiment`; return the Recording (times from the first command)."""
+    steps = max(1, int(round(1.0 / (sample_rate_hz * plant.dt))))
+    period = steps * plant.dt
+    n = int(np.floor(experiment.duration / period + 1e-9)) + 1
+    names = experiment.names
+    t0 = plant.time
+    t, q, qd, tau, rows = [], [], [], [], []
+    for k in range(n):
+        m = plant.measure()
+        t.append(m.time - t0)
+        q.append(m.position)
+        qd.append(m.velocity)
+        tau.append(m.effort)
+        j = int(row_at(experiment.t, np.array([k * period + 1e-9]))[0])
+        rows.append(j)
+        plant.submit(plant.make_command(names, experiment.position[j], experiment.velocity[j],
+                                        experiment.effort[j]))
+        plant.step(steps)
+    rows = np.array(rows)
+    cmd_t = np.arange(n) * period
+    return Recording(list(names), np.array(t), np.array(q), np.array(qd), np.array(tau),
+                     cmd_t, experiment.position[rows], experiment.velocity[rows],
+                     experiment.effort[rows])
+
+
+@dataclass
+class JointResult:
+    joint: str
+    fits: dict = field(default_factory=dict)        # kind -> Fit
+    errors: dict = field(default_factory=dict)      # kind -> IdentificationError text
+    baselines: dict = field(default_factory=dict)   # kind -> {parameter: value}
+    robot_time: dict = field(default_factory=dict)  # kind -> seconds
+    recordings: dict = field(default_factory=dict)  # kind -> (experiment, Recording)
+
+
+def joint_params_from(result, index, n, prior=None):
+    """Per-joint actuator parameters for the latency simulation (identified joint only)."""
+    keys = ('armature', 'viscous_damping', 'coulomb_friction')
+    params = {k: np.zeros(n) for k in keys + tuple(k + '_std' for k in keys)}
+    if prior:
+        for k, v in prior.items():
+            params[k] = np.asarray(v, float).copy()
+    fr = result.fits.get('friction')
+    fi = result.fits.get('inertia')
+    picks = []
+    if fr is not None:
+        picks += [(fr, 'coulomb_friction'), (fr, 'viscous_damping')]
+    if fi is not None:
+        picks += [(fi, 'armature')]
+    for fit, key in picks:
+        est = fit.estimates[key]
+        params[key][index] = est.value
+        params[key + '_std'][index] = (est.high - est.low) / (2 * 1.959964)
+    if fr is None and fi is not None:
+        params['coulomb_friction'][index] = fi.notes['coulomb_friction']
+        params['viscous_damping'][index] = fi.notes['viscous_damping']
+        params['coulomb_friction_std'][index] = fi.notes['coulomb_friction_std']
+        params['viscous_damping_std'][index] = fi.notes['viscous_damping_std']
+    return params
+
+
+def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia', 'latency'),
+                   sample_rate_hz=500.0, keep_recordings=False):
+    """Run the experiments on one joint of `plant`; return a JointResult."""
+    out = JointResult(joint)
+    i = settings.joint_names.index(joint)
+    for kind in kinds:
+        current = plant.measure(with_noise=False).position
+        exp = design_for(kind, joint, settings, nominal, current)
+        rec = record(plant, exp, sample_rate_hz)
+        out.robot_time[kind] = float(rec.t[-1] - rec.t[0])
+        if keep_recordings:
+            out.recordings[kind] = (exp, rec)
+        lim = settings.torque_limit[i]
+        try:
+            if kind == 'friction':
+                out.fits[kind] = estimate_friction(rec, exp, nominal, lim)
+                out.baselines[kind] = baselines.baseline_friction(rec, exp)
+            elif kind == 'inertia':
+                out.fits[kind] = estimate_inertia(rec, exp, nominal, lim)
+                out.baselines[kind] = baselines.baseline_inertia(rec, exp, nominal)
+            else:
+                params = joint_params_from(out, i, len(settings.joint_names))
+                if 'inertia' not in out.fits:   # identify the joint from this recording
+                    own = JointResult(joint, fits=dict(out.fits))
+                    own.fits['inertia'] = estimate_inertia(rec, exp, nominal, lim)
+                    params = joint_params_from(own, i, len(settings.joint_names))
+                out.fits[kind] = estimate_latency(rec, exp, nominal, params, settings.kp,
+                                                  settings.kd, plant.dt,
+                                                  settings.max_latency_s, lim)
+                out.baselines[kind] = baselines.baseline_latency(rec, exp)
+        except IdentificationError as exc:
+            out.errors[kind] = str(exc)
+    return out
