@@ -17,8 +17,14 @@ class NodeProcess:
             cmd += ['-r', f'__node:={name}']
         if params_file:
             cmd += ['--params-file', str(params_file)]
-        for key, value in (params or {}).items():
-            cmd += ['-p', f'{key}:={value}']
+        if params:
+            # A later params file overrides an earlier one for the same node; `-p` would not
+            # (it is a wildcard override, weaker than the file's node section).
+            import yaml
+            override = os.path.join('/tmp', f'simreal-test-params-{os.getpid()}-{time.time_ns()}.yaml')
+            with open(override, 'w') as f:
+                yaml.safe_dump({name or node: {'ros__parameters': dict(params)}}, f)
+            cmd += ['--params-file', override]
         cmd += list(extra_args)
         self.cmd = cmd
         self.log_path = os.path.join('/tmp', f'simreal-test-{node}-{os.getpid()}-{time.time_ns()}.log')

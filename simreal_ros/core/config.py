@@ -1,7 +1,7 @@
 """Find and read configuration: robot parameter files, model paths, the package share folder.
 
-Parameter files are standard ROS 2 YAML (`node_name: ros__parameters: {...}`, with `/**` for
-parameters every node shares); the same file is given to `ros2 launch`, `ros2 run --ros-args
+Parameter files are standard ROS 2 YAML (`/**/node_name: ros__parameters: {...}`, so a section
+applies in any namespace, with `/**` for parameters every node shares); the same file is given to `ros2 launch`, `ros2 run --ros-args
 --params-file` and to the pip-installed tools. Errors are `ConfigError`s that name the file and
 the parameter, for the operator to read.
 """
@@ -109,7 +109,7 @@ def load_node_params(path, node_name):
     if not isinstance(data, dict):
         raise ConfigError(f'{path}: expected a mapping of node names to ros__parameters')
     params = {}
-    for key in ('/**', '**', node_name, '/' + node_name):
+    for key in ('/**', '**', node_name, '/' + node_name, '/**/' + node_name):
         section = data.get(key)
         if section is None:
             continue
@@ -122,4 +122,4 @@ def load_node_params(path, node_name):
 def node_names_in(path):
     """Return the node sections a parameter file configures (without '/**')."""
     data = read_yaml(path)
-    return [k.lstrip('/') for k in data if k not in ('/**', '**')]
+    return [k.split('/')[-1] for k in data if k not in ('/**', '**')]

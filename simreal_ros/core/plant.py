@@ -104,10 +104,8 @@ class _Active:
     velocity: np.ndarray
     effort: np.ndarray
     updated: np.ndarray  # sim time each joint last received a command, -inf = never
-
-    def copy(self):
-        return _Active(self.position.copy(), self.velocity.copy(), self.effort.copy(),
-                       self.updated.copy())
+    dirty: bool = True   # terms below need recomputing
+    terms: tuple = None  # (kp, q_t, kd, dq_t, ff) with the missing terms zeroed
 
 
 @dataclass
@@ -171,12 +169,13 @@ class SimPlant:
             if act >= 0 and self.model.actuator_forcelimited[act]:
                 lo, hi = self.model.actuator_forcerange[act]
                 self.torque_limit[i] = min(self.torque_limit[i], max(-lo, hi))
-        nan = np.full(self.n, np.nan)
-        self._active = _Active(nan.copy(), nan.copy(), nan.copy(), np.full(self.n, -np.inf))
+        # Until a joint's first command arrives it is damped, as a motor driver powers up.
+        self._active = _Active(np.full(self.n, np.nan), np.zeros(self.n), np.zeros(self.n),
+                               np.full(self.n, -np.inf))
         self._queue = []  # (effective_time, JointCommand), in arrival order
         self.applied = np.zeros(self.n)
         self.timeouts = 0
-        self._timed_out = np.zeros(self.n, dtype=bool)
+        self._timed_out = np.ones(self.n, dtype=bool)  # no command yet: the damping fallback
         self.base_body = self._free_base_body()
         if initial_position is not None:
             self.data.qpos[self.qadr] = np.asarray(initial_position, dtype=float)
@@ -296,25 +295,32 @@ class SimPlant:
             active.velocity[i] = 0.0 if has_p else np.nan
         active.effort[i] = command.effort if command.effort is not None else 0.0
         active.updated[i] = t
+        active.dirty = True
 
     def _torque(self, active, q, dq):
-        tau = np.nan_to_num(active.effort, nan=0.0)
-        has_p = np.isfinite(active.position)
-        has_v = np.isfinite(active.velocity)
-        tau = tau + np.where(has_p, self.kp * (np.nan_to_num(active.position) - q), 0.0)
-        tau = tau + np.where(has_v, self.kd * (np.nan_to_num(active.velocity) - dq), 0.0)
-        return tau
+        if active.dirty:
+            has_p = np.isfinite(active.position)
+            has_v = np.isfinite(active.velocity)
+            active.terms = (np.where(has_p, self.kp, 0.0), np.nan_to_num(active.position),
+                            np.where(has_v, self.kd, 0.0), np.nan_to_num(active.velocity),
+                            np.nan_to_num(active.effort))
+            active.dirty = False
+        kp, q_t, kd, dq_t, ff = active.terms
+        return ff + kp * (q_t - q) + kd * (dq_t - dq)
 
     def _expire(self, active, t):
         """Joints whose command is older than command_timeout get damping (kp=0, kd>0)."""
+        if t - active.updated.min() <= self.command_timeout and not self._timed_out.any():
+            return
         old = (t - active.updated) > self.command_timeout
-        newly = old & ~self._timed_out & np.isfinite(active.updated)
+        newly = old & ~self._timed_out
         self.timeouts += int(np.count_nonzero(newly))
         self._timed_out = old
-        if np.any(old):
-            active.position[old] = np.nan
-            active.velocity[old] = 0.0
-            active.effort[old] = 0.0
+        if np.any(newly):
+            active.position[newly] = np.nan
+            active.velocity[newly] = 0.0
+            active.effort[newly] = 0.0
+            active.dirty = True
 
     # -- stepping -------------------------------------------------------------------------
     def step(self, n=1):

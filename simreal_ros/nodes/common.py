@@ -9,12 +9,12 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityP
 
 from simreal_ros.core.config import ConfigError
 
-# Sensor streams are read best-effort (matches both best-effort and reliable publishers) ...
+# Sensor streams are best-effort keep-last both ways: a slow reliable reader must never be able
+# to stall a publisher (a reliable joint_states writer blocked sim_robot's physics loop in a
+# test). Tools with default QoS (rviz displays) must be set to best-effort for these topics.
 SENSOR_SUB_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5,
                             reliability=ReliabilityPolicy.BEST_EFFORT)
-# ... and published reliable, so default-QoS tools (robot_state_publisher, rviz) also receive them.
-SENSOR_PUB_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5,
-                            reliability=ReliabilityPolicy.RELIABLE)
+SENSOR_PUB_QOS = SENSOR_SUB_QOS
 COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
                          reliability=ReliabilityPolicy.RELIABLE)
 LATCHED_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,

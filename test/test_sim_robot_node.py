@@ -1,0 +1,160 @@
+"""sim_robot as its own process, observed and commanded over real DDS from this process."""
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+import pytest
+import rclpy
+from sensor_msgs.msg import Imu, JointState
+
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from rosproc import NodeProcess, Spinner, wait_for
+from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS
+
+pytestmark = pytest.mark.ros
+ARM = 'config/robots/arm3.yaml'
+NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
+
+
+class Probe:
+    """A test-side node: records joint_states, imu and diagnostics, sends hardware commands."""
+
+    def __init__(self, name, namespace=''):
+        self.node = rclpy.create_node(name, namespace=namespace)
+        self.lock = threading.Lock()
+        self.states, self.imus, self.diags = [], [], []
+        # Best-effort like every sensor reader, with a deep queue so that this busy test
+        # process does not drop messages while it waits for the CPU.
+        deep = QoSProfile(depth=500, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.node.create_subscription(JointState, 'joint_states', self._on_state, deep)
+        self.node.create_subscription(Imu, 'imu', lambda m: self.imus.append(m), SENSOR_SUB_QOS)
+        self.node.create_subscription(DiagnosticArray, '/diagnostics',
+                                      lambda m: self.diags.append(m), 10)
+        self.pub = self.node.create_publisher(JointState, 'hardware/command', COMMAND_QOS)
+        self.spinner = Spinner(self.node)
+
+    def _on_state(self, msg):
+        with self.lock:
+            self.states.append(msg)
+
+    def latest(self):
+        with self.lock:
+            return self.states[-1] if self.states else None
+
+    def position(self, joint):
+        msg = self.latest()
+        return msg.position[list(msg.name).index(joint)]
+
+    def send(self, names, position=(), velocity=(), effort=()):
+        self.pub.publish(JointState(name=list(names), position=list(position),
+                                    velocity=list(velocity), effort=list(effort)))
+
+    def diag_value(self, key):
+        for arr in reversed(self.diags):
+            for status in arr.status:
+                if status.name == 'sim_robot: physics':
+                    return dict((kv.key, kv.value) for kv in status.values).get(key)
+        return None
+
+    def stop(self):
+        self.spinner.stop()
+
+
+@pytest.fixture(scope='module')
+def ros():
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()
+
+
+@pytest.fixture(scope='module')
+def arm(ros):
+    # A longer command timeout than the config's: this test process streams commands from
+    # Python on a possibly busy 2-core machine, and the fallback to damping is tested elsewhere.
+    with NodeProcess('sim_robot', params_file=ARM, params={'command_timeout_s': 0.5}) as proc:
+        probe = Probe('sim_robot_probe')
+        wait_for(lambda: len(probe.states) > 50 or proc.proc.poll() is not None, 30,
+                 what='joint_states from sim_robot')
+        assert proc.proc.poll() is None, proc.output()
+        yield proc, probe
+        probe.stop()
+
+
+def command_for(probe, seconds, **fields):
+    """Stream a command at 100 Hz for `seconds` (the driver falls back to damping without)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        probe.send(**fields)
+        time.sleep(0.01)  # the command stream's own rate, not synchronisation
+
+
+def test_publishes_the_configured_joints_at_the_configured_rate(arm):
+    proc, probe = arm
+    assert list(probe.latest().name) == NAMES
+    with probe.lock:
+        start = len(probe.states)
+    wait_for(lambda: len(probe.states) >= start + 1000, 15, what='1000 more joint_states')
+    with probe.lock:
+        window = probe.states[start:]
+    t = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in window]
+    # Messages received per second of publisher time (best-effort: a drop counts against it).
+    rate = (len(t) - 1) / (t[-1] - t[0])
+    assert rate == pytest.approx(500.0, rel=0.05), (
+        f'joint_states received at {rate:.1f} Hz; sim_robot reports publishing at '
+        f'{probe.diag_value("publish_rate_hz")} Hz')
+    assert all(b > a for a, b in zip(t, t[1:])), 'stamps must increase'
+
+
+def test_position_command_moves_the_joint_toward_its_target(arm):
+    _, probe = arm
+    start = probe.position('shoulder_pitch')
+    command_for(probe, 1.5, names=NAMES, position=[0.0, 0.5, 0.0])
+    assert abs(probe.position('shoulder_pitch') - 0.5) < 0.1 < abs(start - 0.5)
+    command_for(probe, 1.5, names=NAMES, position=[0.0, 0.0, 0.0])
+
+
+def test_hidden_coulomb_friction_holds_below_its_level_and_yields_above(arm):
+    _, probe = arm
+    held = dict(names=NAMES, position=[], velocity=[], effort=[0.0, 0.0, 0.0])
+    command_for(probe, 0.5, **held)
+    before = probe.position('shoulder_yaw')
+    # 0.5 N*m < the hidden 0.8 N*m Coulomb friction of shoulder_yaw (no gravity load on it).
+    command_for(probe, 1.0, names=['shoulder_yaw'], effort=[0.5])
+    assert abs(probe.position('shoulder_yaw') - before) < 0.01
+    command_for(probe, 1.0, names=['shoulder_yaw'], effort=[1.2])
+    assert probe.position('shoulder_yaw') - before > 0.2
+    command_for(probe, 2.0, names=NAMES, position=[0.0, 0.0, 0.0])
+
+
+def test_unknown_joint_names_are_rejected_counted_and_do_not_move_anything(arm):
+    proc, probe = arm
+    command_for(probe, 0.5, names=NAMES, position=[0.0, 0.0, 0.0])
+    before = probe.latest().position
+    command_for(probe, 0.3, names=['shoulder_yaw', 'wrist'], position=[1.0, 1.0])
+    wait_for(lambda: int(probe.diag_value('commands_rejected') or 0) > 0, 5,
+             what='commands_rejected in /diagnostics')
+    assert max(abs(a - b) for a, b in zip(probe.latest().position, before)) < 0.02
+    assert 'unknown joint name' in proc.output()
+
+
+def test_g1_loads_through_the_same_node_with_imu(ros, g1_dir):
+    with NodeProcess('sim_robot', params_file='config/robots/g1_12dof.yaml',
+                     extra_args=['-r', '__ns:=/g1']) as proc:
+        probe = Probe('sim_robot_g1_probe', namespace='g1')
+        try:
+            wait_for(lambda: (probe.latest() is not None and probe.imus)
+                     or proc.proc.poll() is not None, 30, what='G1 joint_states and imu')
+            assert proc.proc.poll() is None, proc.output()
+            assert len(probe.latest().name) == 12
+            assert probe.latest().name[0] == 'left_hip_pitch_joint'
+        finally:
+            probe.stop()
+
+
+def test_bad_model_path_exits_with_a_message_naming_the_parameter():
+    with NodeProcess('sim_robot', params_file=ARM,
+                     params={'model_path': '/nonexistent/robot.xml'}) as proc:
+        assert proc.wait_exit(30) == 2
+        assert 'sim_robot parameter model_path' in proc.output()
+        assert 'Traceback' not in proc.output()
