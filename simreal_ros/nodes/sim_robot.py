@@ -33,6 +33,7 @@ from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import PlantTruth, SimPlant
 from simreal_ros.nodes.common import (COMMAND_QOS, SENSOR_PUB_QOS, declare, run)
 
+MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
 PLANT_SCALARS = ('latency_s', 'noise_position', 'noise_velocity', 'noise_effort')
 
@@ -67,12 +68,15 @@ class SimRobot(Node):
                               initial_position=p['initial_position'] or None)
         self.rtf = p['real_time_factor']
         self.publish_clock = p['publish_clock']
+        self._lockstep_init(p)   # lockstep mode (issue 6): implies publish_clock
         self.model_path = model_path
 
         self.counters = dict(commands_received=0, commands_rejected=0, ticks=0, overruns=0)
         self.last_reject = ''
         self._lock = threading.Lock()
         self._wall_last = None
+        self._wall_start = None
+        self._periods_done = 0
         self._sim_last = self.plant.time
 
         group = MutuallyExclusiveCallbackGroup()
@@ -86,7 +90,9 @@ class SimRobot(Node):
                                  callback_group=group)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._running = True
-        if self.rtf > 0:
+        if self.lockstep:
+            self._lockstep_start(group)
+        elif self.rtf > 0:
             self.create_timer(self.period / self.rtf, self._tick, callback_group=group,
                               clock=self._steady)
         else:
@@ -138,6 +144,7 @@ class SimRobot(Node):
         for key in PLANT_SCALARS:
             p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
                                         read_only=True)
+        p.update(self._lockstep_declare())
         if not p['joint_names']:
             raise ConfigError('parameter joint_names is empty: list the actuated joints to expose')
         return p
@@ -159,6 +166,9 @@ class SimRobot(Node):
             self.get_logger().warn(f'hardware/command rejected: {exc}',
                                    throttle_duration_sec=2.0)
             return
+        if self.lockstep:
+            self._lockstep_command(cmd, msg)
+            return
         with self._lock:
             self.plant.submit(cmd, self._arrival_time())
 
@@ -171,17 +181,38 @@ class SimRobot(Node):
 
     # -- physics loop ---------------------------------------------------------------------
     def _tick(self):
-        with self._lock:
-            self.plant.step(self.steps_per_tick)
-            self._sim_last = self.plant.time
-            self._wall_last = time.perf_counter()
-            reading = self.plant.measure()
-        self.counters['ticks'] += 1
-        try:
-            self._publish(reading)
-        except Exception:  # noqa: BLE001 - SIGTERM may invalidate the context mid-tick
-            if rclpy.ok():
-                raise
+        """Advance the physics to the wall clock, publishing the state of every period.
+
+        The timer fires once per period; when the process was starved and a tick comes late,
+        the periods it missed are simulated and published now (as a driver's buffered
+        messages arrive in a burst), so simulated time keeps pace with the wall clock.
+        """
+        now = time.perf_counter()
+        if self._wall_start is None or self.rtf <= 0:
+            self._wall_start = now - self._periods_done * self.period / max(self.rtf, 1e-9)
+            due = 1
+        else:
+            due = int((now - self._wall_start) * self.rtf / self.period) + 1 - self._periods_done
+            if due > MAX_CATCH_UP:
+                # Too far behind to catch up (suspended process): resynchronise, say so.
+                self.counters['overruns'] += 1
+                self._wall_start += (due - 1) * self.period / self.rtf
+                due = 1
+        for _ in range(max(due, 0)):
+            with self._lock:
+                self.plant.step(self.steps_per_tick)
+                self._periods_done += 1
+                self._sim_last = self.plant.time
+                self._wall_last = (self._wall_start
+                                   + self._periods_done * self.period / max(self.rtf, 1e-9))
+                reading = self.plant.measure()
+            self.counters['ticks'] += 1
+            try:
+                self._publish(reading)
+            except Exception:  # noqa: BLE001 - SIGTERM may invalidate the context mid-tick
+                if rclpy.ok():
+                    raise
+                return
 
     def _free_run(self):
         while self._running and rclpy.ok():
@@ -212,6 +243,7 @@ class SimRobot(Node):
             (imu.linear_acceleration.x, imu.linear_acceleration.y,
              imu.linear_acceleration.z) = (float(v) for v in reading.linear_acceleration)
             self.pub_imu.publish(imu)
+            self._publish_base_pose(reading, stamp)
 
     def _publish_diagnostics(self):
         now = time.monotonic()
@@ -235,6 +267,97 @@ class SimRobot(Node):
         out = DiagnosticArray(status=[status])
         out.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(out)
+
+    # -- lockstep mode (issue 6: policy_runner parity) -----------------------------------
+    # Simulated time advances one control period at a time: sim_robot publishes /clock,
+    # joint_states and imu stamped t, then waits for the command computed from them (header
+    # stamp >= t), applies it at t and steps one period. Without a command for
+    # lockstep_timeout_s (wall time; 0 = wait for ever) it steps anyway and counts it. So a ROS
+    # deployment can be compared step by step with a reference loop.
+    def _lockstep_declare(self):
+        p = {}
+        p['lockstep'] = declare(self, 'lockstep', False, 'advance one lockstep_period_s at a '
+                                'time, waiting for the command stamped with the current time',
+                                read_only=True)
+        p['lockstep_period_s'] = declare(self, 'lockstep_period_s', 0.02, 'control period in '
+                                         'lockstep mode (a multiple of physics_dt) (s)',
+                                         low=1e-5, high=1.0, read_only=True)
+        p['lockstep_timeout_s'] = declare(self, 'lockstep_timeout_s', 0.0, 'wall time to wait '
+                                          'for the command of a tick before stepping anyway '
+                                          '(s); 0 = wait for ever', low=0.0, high=3600.0,
+                                          read_only=True)
+        return p
+
+    def _lockstep_init(self, p):
+        self.lockstep = p['lockstep']
+        if not self.lockstep:
+            return
+        self.publish_clock = True
+        self.lockstep_steps = int(round(p['lockstep_period_s'] / self.physics_dt))
+        if self.lockstep_steps < 1 or abs(self.lockstep_steps * self.physics_dt
+                                          - p['lockstep_period_s']) > 1e-9:
+            raise ConfigError(f'lockstep_period_s {p["lockstep_period_s"]} must be a whole '
+                              f'multiple of physics_dt {self.physics_dt}')
+        self.lockstep_timeout = p['lockstep_timeout_s']
+        self._lockstep_reading = None
+        self._lockstep_since = None
+
+    def _lockstep_start(self, group):
+        from rclpy.clock import Clock, ClockType
+        self.counters.update(lockstep_steps=0, lockstep_timeouts=0)
+        with self._lock:
+            self._lockstep_publish()
+        # Republishes the current state while waiting (late subscribers), handles timeouts.
+        self.create_timer(0.05, self._lockstep_poll, callback_group=group,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    def _lockstep_stamp_ns(self):
+        return rclpy.time.Time(seconds=self.plant.time).nanoseconds
+
+    def _lockstep_publish(self):
+        self._lockstep_reading = self.plant.measure()
+        self._lockstep_since = time.monotonic()
+        self._publish(self._lockstep_reading)
+
+    def _lockstep_command(self, cmd, msg):
+        with self._lock:
+            self.plant.submit(cmd, self.plant.time)
+            stamp = rclpy.time.Time.from_msg(msg.header.stamp).nanoseconds
+            if stamp >= self._lockstep_stamp_ns():
+                self._lockstep_advance()
+
+    def _lockstep_advance(self):
+        self.plant.step(self.lockstep_steps)
+        self._sim_last = self.plant.time
+        self.counters['ticks'] += 1
+        self.counters['lockstep_steps'] += 1
+        self._lockstep_publish()
+
+    def _lockstep_poll(self):
+        with self._lock:
+            waited = time.monotonic() - self._lockstep_since
+            if self.lockstep_timeout > 0 and waited > self.lockstep_timeout:
+                self.counters['lockstep_timeouts'] += 1
+                self._lockstep_advance()
+            elif waited > 0.05:
+                self._publish(self._lockstep_reading)
+
+    def _publish_base_pose(self, reading, stamp):
+        """Publish the simulator's ground-truth base pose (floating base; benches use it)."""
+        if getattr(self, '_pub_base_pose', None) is None:
+            from geometry_msgs.msg import PoseStamped
+            self._pub_base_pose = self.create_publisher(PoseStamped, 'sim/base_pose',
+                                                        SENSOR_PUB_QOS)
+        from geometry_msgs.msg import PoseStamped
+        pose = PoseStamped()
+        pose.header.stamp = stamp
+        pose.header.frame_id = 'world'
+        x, y, z = (float(v) for v in reading.base_position)
+        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = x, y, z
+        w, qx, qy, qz = (float(v) for v in reading.orientation)
+        o = pose.pose.orientation
+        o.w, o.x, o.y, o.z = w, qx, qy, qz
+        self._pub_base_pose.publish(pose)
 
     def destroy_node(self):
         self._running = False
