@@ -45,8 +45,10 @@ def main():
     parser.add_argument('--mode', choices=('lockstep', 'realtime'), default='lockstep')
     parser.add_argument('--steps', type=int, default=1000, help='lockstep policy steps')
     parser.add_argument('--duration', type=float, default=20.0, help='realtime seconds')
-    parser.add_argument('--supervisor', action='store_true',
-                        help='route through safety_supervisor (full stage) when it exists')
+    parser.add_argument('--supervisor', choices=('auto', 'on', 'off'), default='auto',
+                        help='route through safety_supervisor at full stage; auto = in '
+                        'realtime mode (in lockstep it re-stamps and ticks on its own timer, so '
+                        'the simulation cannot tell which command belongs to which state)')
     parser.add_argument('--save', help='write the lockstep actions and stamps to this .npz')
     args = parser.parse_args()
     if not (G1 / 'policy.onnx').is_file():
@@ -70,9 +72,15 @@ def main():
     scale = float(runner_params['action.scale'])
     lockstep = args.mode == 'lockstep'
 
-    supervisor = args.supervisor and (REPO / 'simreal_ros' / 'nodes'
-                                      / 'safety_supervisor.py').is_file()
-    sim_overlay = {'sim_robot': {}, 'policy_runner': {}}
+    supervisor = args.supervisor == 'on' or (args.supervisor == 'auto' and not lockstep)
+    if supervisor and not (REPO / 'simreal_ros' / 'nodes' / 'safety_supervisor.py').is_file():
+        print('safety_supervisor not found: running without it', file=sys.stderr)
+        supervisor = False
+    tmp = tempfile.mkdtemp(prefix='g1_sim2sim_')
+    sim_overlay = {'sim_robot': {}, 'policy_runner': {}, 'safety_supervisor': {}}
+    if supervisor:   # full stage only, its stage record kept out of the user's ROS_HOME
+        sim_overlay['safety_supervisor'].update(stages=[1.0], resume_stage=False,
+                                                stage_file=str(Path(tmp) / 'stages.json'))
     if lockstep:
         sim_overlay['sim_robot'].update(lockstep=True, lockstep_period_s=0.02,
                                         lockstep_timeout_s=0.0, publish_clock=True)
@@ -83,9 +91,8 @@ def main():
             {'observation': {'gait_phase': {'origin': 'reset'}}})
     # Without the supervisor sim_robot takes policy/command itself.
     sim_remap = [] if supervisor else ['-r', 'hardware/command:=policy/command']
-    hold_topic = 'hardware/command' if supervisor else 'policy/command'
+    hold_topic = 'policy/command'   # the hold goes the policy's way (through the supervisor)
 
-    tmp = tempfile.mkdtemp(prefix='g1_sim2sim_')
     overlay = write_overlay(tmp, sim_overlay)
     rclpy.init()
     node = rclpy.create_node('g1_sim2sim_bench')
@@ -170,6 +177,7 @@ def main():
             wait_for(lambda: commands, 10, what='first policy command')
             start = time.monotonic()
             start_pose = poses[-1]
+            summary['base_z_at_enable'] = float(start_pose[3])
             wait_for(lambda: time.monotonic() - start > args.duration or any(
                 p.proc.poll() is not None for p in procs), args.duration + 30,
                 what='realtime run')
