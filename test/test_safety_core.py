@@ -1,0 +1,404 @@
+"""Unit tests of the safety supervisor core: each rule has a test that fails without it."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from simreal_ros.core.config import ConfigError
+from simreal_ros.core.safety import (Limits, Rejected, StageMachine, Supervisor,
+                                     SupervisorConfig, Watchdog, filter_command, implied_torque,
+                                     tilt_of, validate_command)
+
+NAMES = ['a', 'b']
+
+
+def limits(**over):
+    data = dict(kp=[100.0, 100.0], kd=[2.0, 2.0], position_lower=[-1.0, -1.0],
+                position_upper=[1.0, 1.0], velocity_limit=[2.0, 2.0], torque_limit=[20.0, 20.0],
+                max_target_rate=[10.0, 10.0])
+    data.update(over)
+    return Limits.from_mapping(NAMES, data)
+
+
+def run(lim, names=NAMES, pos=(), vel=(), eff=(), q=(0.0, 0.0), dq=(0.0, 0.0), prev=None,
+        dt=1.0, scale=1.0):
+    cmd = validate_command(names, pos, vel, eff, lim.names)
+    prev = np.full(2, np.nan) if prev is None else np.asarray(prev, float)
+    return filter_command(lim, scale, cmd, np.asarray(q, float), np.asarray(dq, float), prev,
+                          dt)
+
+
+# -- validation: whole command rejected with a reason ---------------------------------------
+@pytest.mark.parametrize('names,pos,vel,eff,why', [
+    (['a', 'b'], [0.1, math.nan], [], [], 'non-finite'),
+    (['a', 'b'], [0.1, math.inf], [], [], 'non-finite'),
+    (['a', 'b'], [], [], [1.0, -math.inf], 'non-finite'),
+    (['a', 'b'], [0.1], [], [], '1 values for 2 names'),
+    (['a', 'x'], [0.1, 0.2], [], [], 'unknown joint'),
+    (['a', 'a'], [0.1, 0.2], [], [], 'duplicate'),
+    ([], [], [], [], 'no joints'),
+    (['a'], [], [], [], 'no position, velocity or effort'),
+])
+def test_malformed_command_is_rejected_whole_with_reason(names, pos, vel, eff, why):
+    with pytest.raises(Rejected, match=why):
+        validate_command(names, pos, vel, eff, NAMES)
+
+
+def test_shuffled_subset_maps_by_name():
+    cmd = validate_command(['b'], [0.3], [], [], NAMES)
+    assert cmd.index.tolist() == [1]
+
+
+# -- limit filter rules -----------------------------------------------------------------------
+def test_command_within_limits_is_unchanged_at_stage_one():
+    out, clips = run(limits(), pos=[0.05, -0.05], prev=[0.0, 0.0], dt=0.01)
+    assert out.position.tolist() == [0.05, -0.05]
+    assert not any(m.any() for m in clips.values())
+
+
+def test_position_soft_limit():
+    out, clips = run(limits(torque_limit=[1e4, 1e4]), pos=[5.0, 0.0], q=(0.9, 0.0))
+    assert out.position[0] == pytest.approx(1.0)
+    assert clips['position'].tolist() == [True, False]
+
+
+def test_rate_limit_on_target_change_scaled_by_stage():
+    lim = limits(torque_limit=[1e4, 1e4])
+    out, clips = run(lim, pos=[0.5, 0.0], prev=[0.0, 0.0], dt=0.002)
+    assert out.position[0] == pytest.approx(10.0 * 0.002)
+    assert clips['rate'].tolist() == [True, False]
+    out, _ = run(lim, pos=[0.5, 0.0], prev=[0.0, 0.0], dt=0.002, scale=0.1)
+    assert out.position[0] == pytest.approx(10.0 * 0.1 * 0.002)
+
+
+def test_rate_limit_starts_from_measured_position_without_previous_target():
+    out, _ = run(limits(torque_limit=[1e4, 1e4]), pos=[0.5, 0.0], q=(0.2, 0.0), dt=0.01)
+    assert out.position[0] == pytest.approx(0.2 + 10.0 * 0.01)
+
+
+def test_torque_implied_by_pd_target_is_limited_by_moving_the_target():
+    lim = limits()
+    out, clips = run(lim, pos=[0.5, 0.0], q=(0.0, 0.0), dq=(-2.0, 0.0), dt=1.0)
+    # kp*(q_t - q) - kd*dq = 100*q_t + 4 <= 20  ->  q_t = 0.16
+    assert out.position[0] == pytest.approx(0.16)
+    assert implied_torque(lim, out, np.zeros(2), np.array([-2.0, 0.0]))[0] == pytest.approx(20)
+    assert clips['torque'].tolist() == [True, False]
+
+
+def test_torque_limit_scaled_by_stage():
+    out, _ = run(limits(), pos=[0.5, 0.0], dt=1.0, scale=0.25)
+    assert out.position[0] == pytest.approx(20.0 * 0.25 / 100.0)
+
+
+def test_velocity_target_and_effort_are_clipped():
+    out, clips = run(limits(), vel=[5.0, -5.0], eff=[0.0, 0.0], scale=0.5)
+    assert out.velocity.tolist() == [1.0, -1.0]
+    assert clips['velocity'].all()
+    out, clips = run(limits(), eff=[50.0, -3.0])
+    assert out.effort.tolist() == [20.0, -3.0]
+    assert clips['torque'].tolist() == [True, False]
+
+
+def test_damping_torque_of_velocity_target_is_limited():
+    lim = limits(kd=[10.0, 10.0])
+    out, _ = run(lim, vel=[2.0, 0.0], dq=(-1.0, 0.0))
+    # kd*(v - dq) = 10*(v + 1) <= 20  ->  v = 1
+    assert out.velocity[0] == pytest.approx(1.0)
+
+
+def test_joint_faster_than_velocity_limit_may_only_brake():
+    lim = limits()
+    out, clips = run(lim, pos=[0.1, 0.0], q=(0.0, 0.0), dq=(3.0, 0.0), dt=1.0)
+    tau = implied_torque(lim, out, np.zeros(2), np.array([3.0, 0.0]))
+    assert tau[0] <= 1e-9
+    assert clips['velocity'][0]
+
+
+def test_filter_never_forwards_non_finite():
+    lim = limits()
+    cmd = validate_command(NAMES, [0.1, 0.1], [], [], NAMES)
+    with pytest.raises(Rejected):
+        filter_command(lim, 1.0, cmd, np.array([0.0, np.nan]), np.zeros(2), np.full(2, np.nan),
+                       0.01)
+
+
+@pytest.mark.parametrize('key,value', [('kp', [-1.0, 1.0]), ('torque_limit', [0.0, 1.0]),
+                                       ('position_lower', [2.0, 0.0]),
+                                       ('velocity_limit', [1.0])])
+def test_bad_limits_are_config_errors(key, value):
+    if value == [1.0]:
+        value = [1.0, 2.0, 3.0]
+    with pytest.raises(ConfigError, match=key):
+        limits(**{key: value})
+
+
+# -- stage machine ------------------------------------------------------------------------------
+def test_promotion_needs_clean_dwell_and_goes_one_stage(tmp_path):
+    sm = StageMachine(dwell_s=[1.0], now=0.0, record_path=tmp_path / 's.json')
+    ok, why = sm.request_advance(0.5)
+    assert not ok and 'needs 1.00 s' in why
+    ok, _ = sm.request_advance(1.0)
+    assert ok and sm.scale == 0.25
+    ok, _ = sm.request_advance(1.5)  # dwell restarts at each stage: no skipping
+    assert not ok and sm.scale == 0.25
+
+
+def test_fault_demotes_and_restarts_clean_timer_with_holdoff():
+    sm = StageMachine(dwell_s=[0.0], now=0.0, holdoff_s=0.5)
+    for t in (0.0, 0.0, 0.0):
+        sm.request_advance(t)
+    assert sm.scale == 0.75
+    assert sm.fault('limit', 1.0) is not None and sm.scale == 0.5
+    assert sm.fault('limit', 1.2) is None and sm.scale == 0.5  # within holdoff
+    assert sm.fault('limit', 1.6) is not None and sm.scale == 0.25
+    sm2 = StageMachine(dwell_s=[2.0], now=0.0)
+    sm2.request_advance(2.0)
+    sm2.fault('limit', 3.0)
+    assert sm2.clean_for(4.0) == pytest.approx(1.0)
+
+
+def test_demotion_kinds_are_configurable():
+    sm = StageMachine(dwell_s=[0.0], now=0.0, demote_on=('limit',))
+    sm.request_advance(0.0)
+    assert sm.fault('watchdog', 1.0) is None and sm.scale == 0.25
+    assert sm.clean_for(1.0) == 0.0  # still not clean
+
+
+def test_auto_advance_after_clean_dwell():
+    sm = StageMachine(dwell_s=[1.0], now=0.0, auto_advance=True)
+    assert sm.update(0.9) is None
+    assert sm.update(1.0)['to'] == 0.25
+
+
+def test_record_file_keeps_highest_and_transitions_and_resumes(tmp_path):
+    path = tmp_path / 'stages.json'
+    sm = StageMachine(dwell_s=[0.0], now=0.0, record_path=path)
+    sm.request_advance(0.0)
+    sm.request_advance(0.0)
+    sm.fault('limit', 1.0, 'torque clipped for a')
+    rec = json.loads(path.read_text())
+    assert rec['highest'] == 0.5 and rec['stage'] == 0.25
+    assert [t['to'] for t in rec['transitions']][-3:] == [0.25, 0.5, 0.25]
+    assert 'torque clipped' in rec['transitions'][-1]['cause']
+    resumed = StageMachine(dwell_s=[0.0], now=5.0, record_path=path, resume=True)
+    assert resumed.scale == 0.25
+    fresh = StageMachine(dwell_s=[0.0], now=6.0, record_path=path)
+    assert fresh.scale == 0.10 and fresh.scales[fresh.highest] == 0.5
+    assert json.loads(path.read_text())['transitions'][-1]['cause'] == 'start'
+
+
+def test_bad_stages_are_config_errors():
+    with pytest.raises(ConfigError, match='increase'):
+        StageMachine(scales=[0.5, 0.25])
+    with pytest.raises(ConfigError, match='stage_dwell_s'):
+        StageMachine(scales=[0.5, 1.0], dwell_s=[1.0, 2.0, 3.0])
+
+
+# -- watchdogs ------------------------------------------------------------------------------------
+def test_watchdog_by_arrival_and_by_stamp():
+    w = Watchdog('policy', 0.05)
+    assert 'no policy' in w.stale(0.0)
+    w.feed(10.0, 10.0)
+    assert w.stale(10.04) is None
+    assert 'arrived' in w.stale(10.06)
+    w.feed(9.9, 10.1)  # arrived now but stamped 200 ms ago
+    assert 'stamp' in w.stale(10.1)
+    w.feed(0.0, 10.2)
+    assert 'zero' in w.stale(10.2)
+    assert Watchdog('x', 0.05, check_stamp=False).stale(0.0)
+
+
+# -- supervisor -------------------------------------------------------------------------------------
+def config(**over):
+    p = dict(joint_names=NAMES, kp=[100.0, 100.0], kd=[2.0, 2.0], position_lower=[-1.0, -1.0],
+             position_upper=[1.0, 1.0], velocity_limit=[2.0, 2.0], torque_limit=[20.0, 20.0],
+             max_target_rate=[10.0, 10.0], trip_velocity=[5.0, 5.0], stages=[0.5, 1.0],
+             stage_dwell_s=[1.0], policy_timeout_s=0.06, joint_states_timeout_s=0.05)
+    p.update(over)
+    return SupervisorConfig.from_params(p)
+
+
+class Rig:
+    """A supervisor fed like the node feeds it, with one clock."""
+
+    def __init__(self, **over):
+        self.t = 1.0
+        self.sup = Supervisor(config(**over), self.t)
+
+    def state(self, q=(0.0, 0.0), dq=(0.0, 0.0)):
+        return self.sup.on_joint_state(NAMES, q, dq, self.t, self.t)
+
+    def cmd(self, pos=(0.0, 0.0), source='policy', names=NAMES, vel=(), eff=()):
+        return self.sup.on_command(source, names, pos, vel, eff, self.t, self.t)
+
+    def step(self, dt=0.002, q=(0.0, 0.0), dq=(0.0, 0.0), pos=(0.0, 0.0), feed=True):
+        self.t += dt
+        if feed:
+            self.state(q, dq)
+            if pos is not None:
+                self.cmd(pos)
+        return self.sup.tick(self.t)
+
+
+def is_damping(out):
+    return out.safe and out.position is None and list(out.velocity) == [0.0, 0.0]
+
+
+def test_nothing_is_published_before_joint_states():
+    r = Rig()
+    r.cmd()
+    assert r.sup.tick(r.t + 0.001) is None
+    assert r.sup.status(r.t + 0.001)['output'] == 'waiting'
+    r.state()
+    assert r.sup.tick(r.t + 0.002) is not None
+
+
+def test_forwarding_and_clip_counting_per_joint_and_kind():
+    r = Rig()
+    out = r.step(pos=(0.0, 0.0))
+    assert not out.safe and out.names == NAMES
+    r.step(pos=(0.9, 0.0))
+    s = r.sup.status(r.t)
+    assert s['clips']['rate'] == {'a': 1} or s['clips']['torque'] == {'a': 1}
+    assert s['clipped_outputs'] == 1
+
+
+def test_estop_output_is_safe_in_the_same_call_and_latched():
+    r = Rig()
+    r.step()
+    out = r.sup.estop('operator', r.t)
+    assert is_damping(out)
+    for _ in range(5):
+        assert is_damping(r.step())
+    assert r.sup.status(r.t)['estop_cause'] == 'operator'
+
+
+@pytest.mark.parametrize('mode', ['hold', 'zero_torque'])
+def test_other_safe_modes(mode):
+    r = Rig(safe_mode=mode)
+    r.step(q=(0.3, -0.2))
+    out = r.sup.estop('operator', r.t)
+    if mode == 'hold':
+        assert out.position.tolist() == [0.3, -0.2] and out.velocity.tolist() == [0.0, 0.0]
+    else:
+        assert out.position is None and out.velocity is None
+        assert out.effort.tolist() == [0.0, 0.0]
+
+
+def test_stale_policy_gives_safe_mode_not_latched_then_resumes():
+    r = Rig()
+    r.step()
+    r.t += 0.02
+    r.state()
+    assert not r.sup.tick(r.t).safe
+    r.t += 0.05  # policy now 70 ms old, joint_states fresh
+    r.state()
+    out = r.sup.tick(r.t)
+    assert is_damping(out) and 'policy stale' in out.reason
+    assert not r.sup.latched
+    assert not r.step().safe  # fresh command: forwarding again
+
+
+def test_stale_joint_states_trip_the_estop():
+    r = Rig()
+    r.step()
+    r.t += 0.06
+    r.cmd()
+    out = r.sup.tick(r.t)
+    assert is_damping(out) and r.sup.latched and 'joint_states stale' in r.sup.cause
+
+
+def test_velocity_trip():
+    r = Rig()
+    out = r.step(dq=(6.0, 0.0))
+    assert is_damping(out) and 'trip_velocity' in r.sup.cause
+
+
+def test_tilt_trip_and_stale_imu():
+    r = Rig(use_imu=True, max_tilt_rad=0.5, imu_timeout_s=0.05)
+    r.sup.on_imu((1.0, 0.0, 0.0, 0.0), r.t, r.t)
+    assert not r.step().safe
+    half = 0.6 / 2
+    r.sup.on_imu((math.cos(half), math.sin(half), 0.0, 0.0), r.t, r.t)
+    assert is_damping(r.step()) and 'tilt' in r.sup.cause
+    assert tilt_of((math.cos(half), 0.0, math.sin(half), 0.0)) == pytest.approx(0.6)
+    r2 = Rig(use_imu=True, max_tilt_rad=0.5, imu_timeout_s=0.05)
+    r2.sup.on_imu((1.0, 0.0, 0.0, 0.0), r2.t, r2.t)
+    r2.step(dt=0.06)
+    assert r2.sup.latched and 'imu stale' in r2.sup.cause
+
+
+def test_repeated_rejects_trip_and_rejects_are_never_forwarded():
+    r = Rig(reject_trip_count=3)
+    r.step(pos=(0.1, 0.0))
+    for _ in range(2):
+        ok, why = r.cmd(pos=(math.nan, 0.0))
+        assert not ok and 'non-finite' in why
+        out = r.step(pos=None)
+        assert np.all(np.isfinite(out.position))
+    assert not r.sup.latched
+    r.cmd(pos=(math.nan, 0.0))
+    assert r.sup.latched and 'rejected' in r.sup.cause
+    assert r.sup.status(r.t)['rejected']['policy'] == 3
+
+
+def test_reset_refused_with_reasons_then_accepted():
+    r = Rig()
+    r.step()
+    r.sup.estop('operator', r.t)
+    r.t += 0.1
+    ok, why = r.sup.reset(r.t)
+    assert not ok and 'joint_states' in why and 'policy' in why
+    r.state(q=(0.0, 0.0))
+    r.cmd(pos=(0.5, 0.0))
+    ok, why = r.sup.reset(r.t)
+    assert not ok and '0.500 rad' in why and 'reset_tolerance' in why
+    r.cmd(pos=(0.05, 0.0))
+    ok, why = r.sup.reset(r.t)
+    assert ok, why
+    assert not r.step(pos=(0.05, 0.0)).safe
+
+
+def test_mode_switch_only_in_safe_state_and_sysid_limits_are_tighter():
+    r = Rig(**{'sysid.limit_scale': 0.5, 'max_target_rate': [1e3, 1e3]})
+    r.step()
+    ok, why = r.sup.select_mode('sysid', r.t)
+    assert not ok and 'estop' in why
+    r.sup.estop('switch', r.t)
+    assert r.sup.select_mode('sysid', r.t)[0]
+    r.t += 0.002
+    r.state()
+    r.cmd(pos=(0.9, 0.0), source='sysid')  # far: reset refused
+    assert not r.sup.reset(r.t)[0]
+    r.cmd(pos=(0.0, 0.0), source='sysid')
+    assert r.sup.reset(r.t)[0]
+    r.t += 0.002
+    r.state()
+    r.cmd(pos=(0.9, 0.0), source='policy')  # the policy is not forwarded any more
+    r.cmd(pos=(0.9, 0.0), source='sysid')
+    out = r.sup.tick(r.t)
+    # stage 0.5 and sysid scale 0.5: torque 20*0.25 = 5 N*m -> target 0.05 at most
+    assert out.position[0] == pytest.approx(0.05)
+
+
+def test_stage_demotion_on_limit_hit_and_no_promotion_while_latched():
+    r = Rig(stage_dwell_s=[0.0])
+    r.step()
+    assert r.sup.advance_stage(r.t)[0] and r.sup.stage.scale == 1.0
+    r.step(pos=(0.9, 0.0))  # clipped -> demoted
+    assert r.sup.stage.scale == 0.5
+    r.sup.estop('x', r.t)
+    ok, why = r.sup.advance_stage(r.t)
+    assert not ok and 'latched' in why
+
+
+def test_watchdog_trip_demotes_stage():
+    r = Rig(stage_dwell_s=[0.0])
+    r.step()
+    r.sup.advance_stage(r.t)
+    r.t += 0.07
+    r.state()
+    assert r.sup.tick(r.t).safe
+    assert r.sup.stage.scale == 0.5
+    assert r.sup.status(r.t)['inputs']['policy']['watchdog_trips'] == 1
