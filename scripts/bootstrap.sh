@@ -32,12 +32,18 @@ if [ -f "$VENV/.bootstrap-stamp" ] && [ "$(cat "$VENV/.bootstrap-stamp")" = "$st
 fi
 
 echo "bootstrap: setting up $VENV (Python $ver, $([ $use_system_ros = 1 ] && echo "ROS 2 $ROS_DISTRO from the system" || echo "ROS 2 Kilted wheels from PyPI"))" >&2
-rm -rf "$VENV"
-venv_args=()
-[ $use_system_ros = 1 ] && venv_args+=(--system-site-packages)
-if ! "$PY" -m venv "${venv_args[@]}" "$VENV" >/dev/null 2>&1; then
-  echo "bootstrap: '$PY -m venv' failed; on Debian/Ubuntu install the venv module: apt-get install python3-venv" >&2
-  exit 1
+# Reuse a venv made by the same interpreter in the same ROS mode (only new pins get installed);
+# anything else is rebuilt from scratch.
+venv_kind="py=$ver system_ros=$use_system_ros"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.bootstrap-kind" 2>/dev/null)" != "$venv_kind" ]; then
+  rm -rf "$VENV"
+  venv_args=()
+  [ $use_system_ros = 1 ] && venv_args+=(--system-site-packages)
+  if ! "$PY" -m venv "${venv_args[@]}" "$VENV" >/dev/null 2>&1; then
+    echo "bootstrap: '$PY -m venv' failed; on Debian/Ubuntu install the venv module: apt-get install python3-venv" >&2
+    exit 1
+  fi
+  echo "$venv_kind" > "$VENV/.bootstrap-kind"
 fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip >/dev/null
