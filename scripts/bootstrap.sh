@@ -45,10 +45,15 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.bootstrap-kind" 2>/dev/null)"
   fi
   echo "$venv_kind" > "$VENV/.bootstrap-kind"
 fi
-pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
-"${pip[@]}" install --upgrade pip >/dev/null
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
+log="$VENV/bootstrap.log"
 reqs=(-r requirements/dev.txt)
 [ $use_system_ros = 1 ] || reqs+=(-r requirements/ros.txt)
-"${pip[@]}" install -c requirements/constraints.txt "${reqs[@]}" -e .
+if ! { "${pip[@]}" install --upgrade pip && \
+       "${pip[@]}" install -c requirements/constraints.txt "${reqs[@]}" -e . ; } >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "bootstrap: pip install failed (full log: $log)" >&2
+  exit 1
+fi
 echo "$stamp" > "$VENV/.bootstrap-stamp"
 echo "bootstrap: ready" >&2
