@@ -31,7 +31,9 @@ class SysidSettings:
     acceleration_limit: np.ndarray    # rad/s^2
     kp: np.ndarray                    # the driver's PD gains (they shape the torque we ask for)
     kd: np.ndarray
-    range_margin: float = 0.15        # rad kept from each end of the joint range
+    position_lower: np.ndarray = None  # rad, the supervisor's SysID soft limits (optional)
+    position_upper: np.ndarray = None
+    range_margin: float = 0.15        # rad kept from each end of the joint range / soft limits
     command_rate_hz: float = 500.0
     approach_speed_fraction: float = 0.5
     settle_s: float = 0.3
@@ -72,6 +74,9 @@ class SysidSettings:
                   torque_limit=per_joint('torque_limit'),
                   acceleration_limit=per_joint('acceleration_limit', [50.0] * n),
                   kp=per_joint('kp', kp), kd=per_joint('kd', kd))
+        if 'position_lower' in params or 'position_upper' in params:
+            out.position_lower = per_joint('position_lower', [-np.inf] * n)
+            out.position_upper = per_joint('position_upper', [np.inf] * n)
         for key in ('range_margin', 'command_rate_hz', 'approach_speed_fraction', 'settle_s',
                     'sweep_half_range', 'inertia_duration_s', 'latency_duration_s',
                     'max_latency_s'):
@@ -137,6 +142,9 @@ class Experiment:
 
 def _joint_window(settings, index, position_range):
     lo, hi = position_range[index]
+    if settings.position_lower is not None:
+        lo = max(lo, settings.position_lower[index])
+        hi = min(hi, settings.position_upper[index])
     lo, hi = lo + settings.range_margin, hi - settings.range_margin
     c = float(settings.hold_position[index])
     if not lo < c < hi:
@@ -257,12 +265,12 @@ def _multisine(settings, index, band, duration, half, seed):
     vel = np.cos(np.outer(t, w) + phase) @ (amp * w)
     acc = -np.sin(np.outer(t, w) + phase) @ (amp * w**2)
     kp, kd = settings.kp[index], settings.kd[index]
-    # Torque bound: the PD torque if the joint did not move at all (conservative).
-    tau_bound = np.sum(amp * (kp + kd * w))
+    # Torque estimate: the PD torque if the joint did not move at all.
+    tau_bound = np.max(np.abs(kp * pos + kd * vel))
     scale = min(0.8 * half / np.max(np.abs(pos)),
                 0.8 * settings.velocity_limit[index] / np.max(np.abs(vel)),
                 0.8 * settings.acceleration_limit[index] / np.max(np.abs(acc)),
-                0.6 * settings.torque_limit[index] / tau_bound)
+                0.5 * settings.torque_limit[index] / tau_bound)
     # Fade in and out over 0.25 s (keeps velocity and acceleration continuous).
     ramp = np.clip(np.minimum(t, duration - t) / 0.25, 0.0, 1.0)
     env = ramp**2 * (3 - 2 * ramp)
@@ -334,3 +342,41 @@ def check_limits(experiment, settings, nominal):
         problems.append('feed-forward effort above torque_limit')
     del i
     return problems
+
+
+def limit_usage(settings, rec):
+    """Return the largest fraction of each SysID limit the sent commands used (<= 1 is inside).
+
+    torque: the torque a command implies at the measured state, kp*(q_t - q) + kd*(dq_t - dq)
+    + effort, as the supervisor computes it; target_rate: the position target's rate of change.
+    """
+    rows = np.clip(np.searchsorted(rec.cmd_t, rec.t, side='right') - 1, 0, len(rec.cmd_t) - 1)
+    implied = (settings.kp * (rec.cmd_position[rows] - rec.position)
+               + settings.kd * (rec.cmd_velocity[rows] - rec.velocity) + rec.cmd_effort[rows])
+    rate = (np.abs(np.diff(rec.cmd_position, axis=0))
+            / np.maximum(np.diff(rec.cmd_t), 1e-9)[:, None])
+    lo = settings.position_lower if settings.position_lower is not None else -np.inf
+    hi = settings.position_upper if settings.position_upper is not None else np.inf
+    outside = np.any((rec.cmd_position < lo) | (rec.cmd_position > hi))
+    return {'torque': float(np.max(np.abs(implied) / settings.torque_limit)),
+            'velocity': float(np.max(np.abs(rec.cmd_velocity) / settings.velocity_limit)),
+            'target_rate': float(np.max(rate / settings.velocity_limit)) if len(rate) else 0.0,
+            'position_inside': not bool(outside)}
+
+
+NODE_OF = {'friction': 'friction_id', 'inertia': 'inertia_id', 'latency': 'latency_id'}
+
+
+def load_settings(config_path, kind):
+    """SysidSettings of experiment `kind` from a robot parameter file (its <kind>_id section)."""
+    from simreal_ros.core.config import load_node_params
+    node = NODE_OF[kind]
+    params = load_node_params(config_path, node)
+    names = params.get('joint_names')
+    if not names:
+        raise ConfigError(f'{config_path}: joint_names missing (in /** or {node})')
+    if 'velocity_limit' not in params:
+        raise ConfigError(f'{config_path}: section {node} (velocity_limit, torque_limit, ...) is '
+                          'missing; see config/robots/arm3.yaml')
+    return SysidSettings.from_params(params, list(names), params.get('kp'), params.get('kd'),
+                                     source=f'{config_path}:{node}')

@@ -224,7 +224,8 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
                      min_speed=0.05):
     """Armature and effective inertia from a multi-sine by filtered least squares.
 
-    Model: tau - tau_rigid = Ja*qdd + Fv*qd + Fc*sign(qd) + b, with the same zero-phase
+    Model: tau - tau_rigid = Ja*qdd + Fv*qd + Fc*sign(qd) + b (+ a time-offset term), with
+    the same zero-phase
     filter on torque and every regressor column; samples near zero velocity (where dry
     friction sticks) are left out. Effective inertia = Ja + the nominal link inertia at the
     pose (mj_fullM diagonal).
@@ -260,7 +261,11 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
                                   f'{np.count_nonzero(use)} moving samples')
     rigid = nominal.inverse_dynamics(qf[use], qdf[use], qddf[use])[:, i]
     y = tauf[use] - rigid
-    X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y))])
+    # Last column: a small time offset between the effort and the motion samples (an effort
+    # reading is the torque of the last control step; a joint state is the end of it): the
+    # measured torque is tau(t - dt_e) ~ tau(t) - dt_e * dtau/dt.
+    X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y)),
+                         -np.gradient(tauf, rec.t)[use]])
     theta, cov, r, cond, lag = ols_hac(X, y)
     std = np.sqrt(np.diag(cov))
     rel = std[0] * _z() / max(abs(theta[0]), 1e-9)
@@ -278,6 +283,7 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
                {'link_inertia': float(link), 'viscous_damping': float(theta[1]),
                 'coulomb_friction': float(theta[2]), 'torque_offset': float(theta[3]),
                 'viscous_damping_std': float(std[1]), 'coulomb_friction_std': float(std[2]),
+                'effort_time_offset_s': float(theta[4]),
                 'filter_hz': float(filter_hz), 'hac_lag': lag})
 
 

@@ -11,36 +11,46 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simreal_ros.core.sysid import baselines
-from simreal_ros.core.sysid.design import design_for
+from simreal_ros.core.sysid.design import design_for, limit_usage
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
                                                estimate_friction, estimate_inertia,
                                                estimate_latency, row_at)
 
 
 def record(plant, experiment, sample_rate_hz=500.0):
-    """Drive `plant` with `experiment`; return the Recording (times from the first command)."""
-    steps = max(1, int(round(1.0 / (sample_rate_hz * plant.dt))))
-    period = steps * plant.dt
-    n = int(np.floor(experiment.duration / period + 1e-9)) + 1
+    """Drive `plant` with `experiment`; return the Recording (times from the first command).
+
+    As on the robot, the sensors are read at `sample_rate_hz` and the commands are sent at the
+    experiment's own rate with their exact arrival times (two independent clocks, as the
+    sysid node's timer and the driver's loop).
+    """
+    dt = plant.dt
+    sample_every = max(1, int(round(1.0 / (sample_rate_hz * dt))))
+    n_steps = int(np.ceil(experiment.duration / dt - 1e-9)) + 1
     names = experiment.names
     t0 = plant.time
-    t, q, qd, tau, rows = [], [], [], [], []
-    for k in range(n):
-        m = plant.measure()
-        t.append(m.time - t0)
-        q.append(m.position)
-        qd.append(m.velocity)
-        tau.append(m.effort)
-        j = int(row_at(experiment.t, np.array([k * period + 1e-9]))[0])
-        rows.append(j)
-        plant.submit(plant.make_command(names, experiment.position[j], experiment.velocity[j],
-                                        experiment.effort[j]))
-        plant.step(steps)
-    rows = np.array(rows)
-    cmd_t = np.arange(n) * period
+    t, q, qd, tau = [], [], [], []
+    cmd_times = experiment.t
+    next_cmd = 0
+    for s in range(n_steps + 1):
+        now = s * dt
+        if s % sample_every == 0:
+            m = plant.measure()
+            t.append(m.time - t0)
+            q.append(m.position)
+            qd.append(m.velocity)
+            tau.append(m.effort)
+        while next_cmd < len(cmd_times) and cmd_times[next_cmd] < now + dt - 1e-12:
+            j = next_cmd
+            plant.submit(plant.make_command(names, experiment.position[j],
+                                            experiment.velocity[j], experiment.effort[j]),
+                         arrival_time=t0 + max(cmd_times[j], now))
+            next_cmd += 1
+        if s < n_steps:
+            plant.step(1)
     return Recording(list(names), np.array(t), np.array(q), np.array(qd), np.array(tau),
-                     cmd_t, experiment.position[rows], experiment.velocity[rows],
-                     experiment.effort[rows])
+                     np.maximum(cmd_times, 0.0), experiment.position, experiment.velocity,
+                     experiment.effort)
 
 
 @dataclass
@@ -51,6 +61,7 @@ class JointResult:
     baselines: dict = field(default_factory=dict)   # kind -> {parameter: value}
     robot_time: dict = field(default_factory=dict)  # kind -> seconds
     recordings: dict = field(default_factory=dict)  # kind -> (experiment, Recording)
+    limits: dict = field(default_factory=dict)      # kind -> design.limit_usage()
 
 
 def joint_params_from(result, index, n, prior=None):
@@ -81,14 +92,20 @@ def joint_params_from(result, index, n, prior=None):
 
 def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia', 'latency'),
                    sample_rate_hz=500.0, keep_recordings=False):
-    """Run the experiments on one joint of `plant`; return a JointResult."""
+    """Run the experiments on one joint of `plant`; return a JointResult.
+
+    settings: one SysidSettings, or a mapping kind -> SysidSettings (one per node section).
+    """
     out = JointResult(joint)
-    i = settings.joint_names.index(joint)
+    per_kind = settings if isinstance(settings, dict) else {k: settings for k in kinds}
     for kind in kinds:
+        settings = per_kind[kind]
+        i = settings.joint_names.index(joint)
         current = plant.measure(with_noise=False).position
         exp = design_for(kind, joint, settings, nominal, current)
         rec = record(plant, exp, sample_rate_hz)
         out.robot_time[kind] = float(rec.t[-1] - rec.t[0])
+        out.limits[kind] = limit_usage(settings, rec)
         if keep_recordings:
             out.recordings[kind] = (exp, rec)
         lim = settings.torque_limit[i]

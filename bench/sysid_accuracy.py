@@ -1,0 +1,203 @@
+"""Accuracy of the SysID estimators against the MuJoCo plant's hidden truth, and of the seeds.
+
+For N seeds (sensor noise, and true parameters drawn around the robot config's plant when no
+--truth is given: friction and armature x U(0.7, 1.3), latency U(2, 40) ms), runs the friction,
+inertia and latency experiments on every joint of the SimPlant directly (faster than real time,
+measurements at 500 Hz like sim_robot), and reports per parameter the p95 relative error, the
+latency RMS error, how often the 95 % intervals cover the truth, the robot time per joint, the
+limits used, and the same errors for the seed baselines on the same data.
+
+    .venv/bin/python bench/sysid_accuracy.py --seeds 20
+    .venv/bin/python bench/sysid_accuracy.py --robot config/robots/arm3.yaml --truth my_plant.yaml
+
+--truth takes a YAML mapping in the format of the config's `sim_robot.plant` section (or a file
+with that section). The last line printed is a JSON summary.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from simreal_ros.core.config import (ConfigError, load_node_params, read_yaml,  # noqa: E402
+                                     resolve_path, robot_config_path)
+from simreal_ros.core.plant import PlantTruth, SimPlant  # noqa: E402
+from simreal_ros.core.sysid import KINDS, NominalModel  # noqa: E402
+from simreal_ros.core.sysid.design import load_settings  # noqa: E402
+from simreal_ros.core.sysid.runner import identify_joint  # noqa: E402
+
+PARAMS = {'coulomb_friction': ('friction', 0.02), 'viscous_damping': ('friction', 0.05),
+          'armature': ('inertia', 0.05), 'effective_inertia': ('inertia', 0.05)}
+LATENCY_RMS_TARGET = 0.5e-3
+
+
+def plant_section(config):
+    params = load_node_params(config, 'sim_robot')
+    plant = {k[len('plant.'):]: v for k, v in params.items() if k.startswith('plant.')}
+    return params, plant
+
+
+def read_truth(path, n):
+    data = read_yaml(path)
+    if isinstance(data, dict) and 'sim_robot' in data:
+        data = data['sim_robot'].get('ros__parameters', {}).get('plant', {})
+    elif isinstance(data, dict) and 'plant' in data:
+        data = data['plant']
+    return PlantTruth.from_mapping(data, n, source=str(path))
+
+
+def draw_truth(base, rng):
+    n = len(base.coulomb_friction)
+    out = PlantTruth.from_mapping(base.to_mapping(), n)
+    out.coulomb_friction = base.coulomb_friction * rng.uniform(0.7, 1.3, n)
+    out.viscous_damping = base.viscous_damping * rng.uniform(0.7, 1.3, n)
+    out.armature = base.armature * rng.uniform(0.7, 1.3, n)
+    out.latency_s = float(rng.uniform(0.002, 0.040))
+    return out
+
+
+def p95(values):
+    values = [v for v in values if math.isfinite(v)]
+    return float(np.percentile(values, 95)) if values else float('nan')
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--robot', default='arm3', help='robot name or parameter file')
+    ap.add_argument('--truth', default=None, help='plant truth YAML (sim_robot.plant format)')
+    ap.add_argument('--seeds', type=int, default=10)
+    ap.add_argument('--first-seed', type=int, default=1000)
+    ap.add_argument('--joints', nargs='*', default=None, help='joints (default: all)')
+    args = ap.parse_args(argv)
+    try:
+        config = robot_config_path(args.robot)
+        sim, plant = plant_section(config)
+        names = list(sim['joint_names'])
+        model = resolve_path(sim['model_path'], 'model_path', relative_to=config.parent)
+        settings = {k: load_settings(config, k) for k in KINDS}
+        base = (read_truth(args.truth, len(names)) if args.truth
+                else PlantTruth.from_mapping(plant, len(names), source=f'{config}:plant'))
+    except ConfigError as exc:
+        print(f'sysid_accuracy: {exc}', file=sys.stderr)
+        return 2
+    joints = args.joints or names
+    nominal = NominalModel(model, names)
+    errors = {p: [] for p in PARAMS}
+    base_errors = {p: [] for p in PARAMS}
+    covered = {p: [] for p in list(PARAMS) + ['latency']}
+    lat_err, lat_base_err = [], []
+    failures, robot_time, limit_max = [], [], {}
+    wall = time.monotonic()
+    for s in range(args.seeds):
+        seed = args.first_seed + s
+        rng = np.random.default_rng(seed)
+        truth = base if args.truth else draw_truth(base, rng)
+        plant = SimPlant(model, names, float(sim.get('physics_dt', 0.001)), sim['kp'], sim['kd'],
+                         truth=truth, seed=seed, initial_position=sim.get('initial_position'))
+        for joint in joints:
+            i = names.index(joint)
+            res = identify_joint(plant, settings, nominal, joint)
+            robot_time.append(sum(res.robot_time.values()))
+            for kind, use in res.limits.items():
+                for key, value in use.items():
+                    if key == 'position_inside':
+                        limit_max[key] = limit_max.get(key, True) and value
+                    else:
+                        limit_max[key] = max(limit_max.get(key, 0.0), value)
+            for kind, msg in res.errors.items():
+                failures.append({'seed': seed, 'joint': joint, 'kind': kind, 'error': msg})
+            link = nominal.mass_diagonal(settings['inertia'].hold_position)[i]
+            true = {'coulomb_friction': truth.coulomb_friction[i],
+                    'viscous_damping': truth.viscous_damping[i],
+                    'armature': truth.armature[i],
+                    'effective_inertia': truth.armature[i] + link}
+            for p, (kind, _) in PARAMS.items():
+                fit = res.fits.get(kind)
+                if fit is None:
+                    errors[p].append(float('inf'))
+                    covered[p].append(False)
+                else:
+                    est = fit.estimates[p]
+                    errors[p].append(abs(est.value - true[p]) / true[p])
+                    covered[p].append(est.covers(true[p]))
+                if kind in res.baselines:
+                    base_errors[p].append(abs(res.baselines[kind][p] - true[p]) / true[p])
+            fit = res.fits.get('latency')
+            if fit is None:
+                lat_err.append(float('inf'))
+                covered['latency'].append(False)
+            else:
+                est = fit.estimates['latency']
+                lat_err.append(est.value - truth.latency_s)
+                covered['latency'].append(est.covers(truth.latency_s))
+            if 'latency' in res.baselines:
+                lat_base_err.append(res.baselines['latency']['latency'] - truth.latency_s)
+            lat = res.fits.get('latency')
+            print(f'seed {seed} {joint:>15}: Fc {true["coulomb_friction"]:.3f} -> '
+                  f'{_v(res, "friction", "coulomb_friction")}, Fv '
+                  f'{true["viscous_damping"]:.3f} -> {_v(res, "friction", "viscous_damping")}, '
+                  f'armature {true["armature"]:.4f} -> {_v(res, "inertia", "armature")}, '
+                  f'latency {truth.latency_s * 1e3:.2f} ms -> '
+                  f'{lat.value("latency") * 1e3 if lat else float("nan"):.2f} ms'
+                  + (f'  FAILED {sorted(res.errors)}' if res.errors else ''), flush=True)
+    summary = {'bench': 'sysid_accuracy', 'robot': str(config), 'seeds': args.seeds,
+               'joints': joints, 'truth': args.truth or 'drawn around the config plant',
+               'samples_per_parameter': len(lat_err), 'parameters': {}, 'failures': len(failures),
+               'wall_s': round(time.monotonic() - wall, 1)}
+    for p, (_, target) in PARAMS.items():
+        est_p95 = p95(errors[p])
+        base_p95 = p95(base_errors[p])
+        summary['parameters'][p] = {
+            'p95_rel_error': round(est_p95, 5), 'target': target,
+            'coverage_95': round(float(np.mean(covered[p])), 3),
+            'baseline_p95_rel_error': round(base_p95, 5),
+            'improvement_over_baseline': round(base_p95 / est_p95, 1) if est_p95 > 0 else None,
+            'pass': bool(est_p95 <= target)}
+    finite = [e for e in lat_err if math.isfinite(e)]
+    rms = float(np.sqrt(np.mean(np.square(finite)))) if finite else float('nan')
+    base_fin = [e for e in lat_base_err if math.isfinite(e)]
+    base_rms = float(np.sqrt(np.mean(np.square(base_fin)))) if base_fin else float('nan')
+    summary['parameters']['latency'] = {
+        'rms_error_ms': round(rms * 1e3, 4), 'max_abs_error_ms': round(max(map(abs, finite),
+                                                                           default=math.nan)
+                                                                       * 1e3, 4),
+        'target_rms_ms': LATENCY_RMS_TARGET * 1e3,
+        'coverage_95': round(float(np.mean(covered['latency'])), 3),
+        'baseline_rms_error_ms': round(base_rms * 1e3, 3),
+        'improvement_over_baseline': round(base_rms / rms, 1) if rms > 0 else None,
+        'pass': bool(rms <= LATENCY_RMS_TARGET and len(finite) == len(lat_err))}
+    coverage = min(v['coverage_95'] for v in summary['parameters'].values())
+    summary['coverage_min'] = coverage
+    summary['robot_time_per_joint_s'] = round(max(robot_time), 2)
+    summary['limits_used_fraction'] = {k: (round(v, 3) if isinstance(v, float) else v)
+                                       for k, v in limit_max.items()}
+    ratios = [v['improvement_over_baseline'] for v in summary['parameters'].values()]
+    summary['targets_met'] = {
+        'accuracy': all(v['pass'] for v in summary['parameters'].values()),
+        'coverage_ge_90pct': coverage >= 0.9,
+        'robot_time_le_60s_per_joint': max(robot_time) <= 60.0,
+        'baseline_5x': all(r is not None and r >= 5 for r in ratios),
+        'within_limits': (limit_max.get('position_inside', False)
+                          and all(limit_max.get(k, 2.0) <= 1.0
+                                  for k in ('torque', 'velocity', 'target_rate')))}
+    if failures:
+        summary['failure_examples'] = failures[:5]
+    print(json.dumps(summary))
+    return 0
+
+
+def _v(res, kind, param):
+    fit = res.fits.get(kind)
+    if fit is None:
+        return 'failed'
+    e = fit.estimates[param]
+    return f'{e.value:.4f} [{e.low:.4f}, {e.high:.4f}]'
+
+
+if __name__ == '__main__':
+    sys.exit(main())
