@@ -209,7 +209,7 @@ class SafetySupervisor(Node):
             ok, reason = self.core.on_joint_state(msg.name, msg.position, msg.velocity,
                                                   stamp_to_sec(msg.header.stamp), now)
         if not ok:
-            self.get_logger().warn(f'joint_states ignored: {reason}', throttle_duration_sec=2.0)
+            self.get_logger().warning(f'joint_states ignored: {reason}', throttle_duration_sec=2.0)
         elif first:
             self.get_logger().info('joint_states arrived: supervising')
 
@@ -219,7 +219,7 @@ class SafetySupervisor(Node):
             ok, reason = self.core.on_imu((o.w, o.x, o.y, o.z), stamp_to_sec(msg.header.stamp),
                                           self._now())
         if not ok:
-            self.get_logger().warn(f'imu ignored: {reason}', throttle_duration_sec=2.0)
+            self.get_logger().warning(f'imu ignored: {reason}', throttle_duration_sec=2.0)
 
     def _on_command(self, source, msg):
         now = self._now()
@@ -229,7 +229,7 @@ class SafetySupervisor(Node):
             if ok and self.forward_on_input and source == self.core.mode:
                 self._send(self.core.tick(now, count=False), now)
         if not ok:
-            self.get_logger().warn(f'{source}/command rejected (not forwarded): {reason}',
+            self.get_logger().warning(f'{source}/command rejected (not forwarded): {reason}',
                                    throttle_duration_sec=1.0)
         self._log_events()
 
@@ -242,10 +242,12 @@ class SafetySupervisor(Node):
 
     def _send(self, out, now):
         """Publish one Output (caller holds the lock)."""
-        kind = None if out is None else ('safe: ' + out.reason) if out.safe else 'forwarding'
-        if kind != self._last_output_kind:
+        kind = None if out is None else out.reason.split(':')[0] if out.safe else 'forwarding'
+        if kind != self._last_output_kind:  # log changes of kind, not of the ages in the text
             self._last_output_kind = kind
-            self.core.events.append((now, f'output: {kind or "nothing (waiting)"}'))
+            text = 'nothing (waiting)' if out is None else (
+                f'safe mode ({out.reason})' if out.safe else 'forwarding')
+            self.core.events.append((now, f'output: {text}'))
         if out is None:
             return
         msg = JointState()
@@ -304,7 +306,7 @@ class SafetySupervisor(Node):
         with self._lock:
             response.success, response.message = self.core.reset(self._now())
         if not response.success:
-            self.get_logger().warn(response.message)
+            self.get_logger().warning(response.message)
         self._log_events()
         return response
 
@@ -312,7 +314,7 @@ class SafetySupervisor(Node):
         with self._lock:
             response.success, response.message = self.core.advance_stage(self._now())
         if not response.success:
-            self.get_logger().warn(f'advance_stage refused: {response.message}')
+            self.get_logger().warning(f'advance_stage refused: {response.message}')
         self._log_events()
         return response
 
@@ -321,7 +323,7 @@ class SafetySupervisor(Node):
         with self._lock:
             response.success, response.message = self.core.select_mode(mode, self._now())
         if not response.success:
-            self.get_logger().warn(f'select_sysid refused: {response.message}')
+            self.get_logger().warning(f'select_sysid refused: {response.message}')
         self._log_events()
         return response
 
