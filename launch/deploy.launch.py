@@ -1,0 +1,69 @@
+"""Bring up the deployment graph: sim_robot (or your driver), safety_supervisor, policy_runner.
+
+    ros2 launch simreal_ros deploy.launch.py                        # arm3 in simulation
+    ros2 launch simreal_ros deploy.launch.py robot:=g1_12dof
+    ros2 launch simreal_ros deploy.launch.py robot:=/path/my_robot.yaml use_sim:=false
+    ros2 launch simreal_ros deploy.launch.py sysid:=true            # + SysID nodes, sim_bridge
+    ros2 launch simreal_ros deploy.launch.py policy:=/path/policy.onnx namespace:=left_arm
+
+The nodes, their parameter files and remaps come from `simreal_ros.graph.build_graph`, the
+same description `simreal up` uses (pip-installed path, no ros2cli needed), so both start the
+same processes with the same parameters. Nothing but safety_supervisor publishes
+`hardware/command`. E-stop: `ros2 service call /safety/estop std_srvs/srv/Trigger` (or
+`simreal estop`).
+"""
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction
+from launch.conditions import IfCondition
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from simreal_ros.core.config import ConfigError
+from simreal_ros.graph import build_graph, rviz_config, write_overlay
+
+ARGUMENTS = (
+    ('robot', 'arm3', 'robot config name (config/robots/<name>.yaml) or parameter file path'),
+    ('policy', '', 'ONNX policy path; empty = policy_runner policy_path in the robot file'),
+    ('use_sim', 'true', 'start sim_robot (the embedded MuJoCo robot); false on hardware'),
+    ('sysid', 'false', 'start friction_id, inertia_id, latency_id and sim_bridge'),
+    ('use_sim_time', 'false', 'all nodes on /clock (sim_robot publishes it)'),
+    ('namespace', '', 'namespace of every node (several robots on one DDS domain)'),
+    ('rviz', 'false', 'start rviz2 with config/monitor.rviz'),
+)
+
+
+def _truth(context, name):
+    value = LaunchConfiguration(name).perform(context).strip().lower()
+    if value not in ('true', 'false', '1', '0', 'yes', 'no'):
+        raise RuntimeError(f'launch argument {name}:={value!r}: expected true or false')
+    return value in ('true', '1', 'yes')
+
+
+def _graph_actions(context):
+    try:
+        graph = build_graph(
+            LaunchConfiguration('robot').perform(context),
+            policy=LaunchConfiguration('policy').perform(context),
+            use_sim=_truth(context, 'use_sim'), sysid=_truth(context, 'sysid'),
+            use_sim_time=_truth(context, 'use_sim_time'),
+            namespace=LaunchConfiguration('namespace').perform(context))
+    except ConfigError as exc:
+        # A config mistake is a sentence for the operator, not a traceback.
+        raise RuntimeError(f'deploy.launch.py: {exc}') from None
+    write_overlay(graph)
+    actions = [LogInfo(msg=line) for line in graph.describe()]
+    for spec in graph.nodes:
+        actions.append(Node(
+            package='simreal_ros', executable=spec.executable, name=spec.name,
+            namespace=graph.namespace or None, parameters=list(spec.params_files),
+            remappings=list(spec.remaps), output='screen', emulate_tty=True))
+    return actions
+
+
+def generate_launch_description():
+    rviz = ExecuteProcess(cmd=['rviz2', '-d', str(rviz_config())], output='log',
+                          condition=IfCondition(LaunchConfiguration('rviz')))
+    return LaunchDescription(
+        [DeclareLaunchArgument(name, default_value=default, description=text)
+         for name, default, text in ARGUMENTS]
+        + [OpaqueFunction(function=_graph_actions), rviz])

@@ -1,0 +1,261 @@
+"""The deployment graph, described once: which nodes, which parameter files, which remaps.
+
+`simreal up`, `simreal demo` and `launch/deploy.launch.py` all build their processes from
+`build_graph()`, so they start the same nodes with the same parameters. No rclpy here.
+
+    from simreal_ros.graph import build_graph
+    graph = build_graph('arm3', sysid=True)
+    for node in graph.nodes:
+        print(node.name, node.params_files, node.remaps)
+
+A robot parameter file may contain a `deploy` section naming the robot driver's topics when they
+differ from the package's names (every node is remapped the same way):
+
+    deploy:
+      ros__parameters:
+        joint_states_topic: /robot/joint_states
+        command_topic: /robot/joint_command
+        imu_topic: /robot/imu
+"""
+from dataclasses import dataclass, field
+import importlib.util
+import os
+from pathlib import Path
+import sys
+import tempfile
+
+import yaml
+
+from simreal_ros.core.config import (ConfigError, load_node_params, read_yaml, resolve_path,
+                                     robot_config_path)
+
+# The order in which nodes are started: the driver first, the supervisor before any command
+# source, the sources last.
+SIM_NODE = 'sim_robot'
+SUPERVISOR = 'safety_supervisor'
+POLICY = 'policy_runner'
+SYSID_NODES = ('friction_id', 'inertia_id', 'latency_id')
+BRIDGE = 'sim_bridge'
+ALL_NODES = (SIM_NODE, SUPERVISOR, POLICY) + SYSID_NODES + (BRIDGE,)
+
+# Driver topics a robot's `deploy` section may remap: package name -> deploy parameter.
+DRIVER_TOPICS = {'joint_states': 'joint_states_topic', 'hardware/command': 'command_topic',
+                 'imu': 'imu_topic'}
+DEPLOY_SECTION = 'deploy'
+# Parameters of the shared '/**' section read by the tools themselves, not by a node.
+TOOL_PARAMETERS = ('robot_name',)
+
+
+@dataclass
+class NodeSpec:
+    """One node process of the graph."""
+
+    name: str                   # node name and console script (ros2 run simreal_ros <name>)
+    params_files: list          # parameter files, in order (later ones override)
+    remaps: list                # [(from, to)] topic remaps
+    overrides: dict = field(default_factory=dict)   # parameters the overlay file sets
+
+    @property
+    def executable(self):
+        return self.name
+
+    @property
+    def module(self):
+        return f'simreal_ros.nodes.{self.name}'
+
+
+@dataclass
+class Graph:
+    """The nodes to start for one robot, and the ones left out with the reason."""
+
+    robot: str
+    robot_name: str
+    config_path: Path
+    namespace: str
+    use_sim_time: bool
+    nodes: list
+    skipped: list               # [(node name, reason)]
+    overlay_path: Path = None
+
+    def node(self, name):
+        """Return the NodeSpec called `name`, or None when it is not in the graph."""
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def names(self):
+        return [n.name for n in self.nodes]
+
+    def command(self, spec, python=None):
+        """Return the argv that starts `spec` as its own process (without ros2cli)."""
+        cmd = [python or sys.executable, '-m', spec.module, '--ros-args',
+               '-r', f'__node:={spec.name}']
+        if self.namespace:
+            cmd += ['-r', f'__ns:={self.namespace}']
+        for path in spec.params_files:
+            cmd += ['--params-file', str(path)]
+        for src, dst in spec.remaps:
+            cmd += ['-r', f'{src}:={dst}']
+        return cmd
+
+    def describe(self):
+        """Return printable lines: node, parameter files, remaps, and what was left out."""
+        lines = [f'robot {self.robot_name} ({self.config_path})'
+                 + (f', namespace {self.namespace}' if self.namespace else '')
+                 + (', use_sim_time' if self.use_sim_time else '')]
+        for spec in self.nodes:
+            extra = ', '.join(f'{a}->{b}' for a, b in spec.remaps)
+            over = ', '.join(f'{k}={v}' for k, v in spec.overrides.items())
+            lines.append(f'  {spec.name:<18} ' + (f'remap {extra}; ' if extra else '')
+                         + (f'set {over}' if over else 'robot parameters as in the file'))
+        for name, reason in self.skipped:
+            lines.append(f'  {name:<18} not started: {reason}')
+        return lines
+
+
+def node_available(name):
+    """Return True when the node's module exists in this installation."""
+    try:
+        return importlib.util.find_spec(f'simreal_ros.nodes.{name}') is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _namespace(namespace):
+    namespace = (namespace or '').strip().strip('/')
+    return '/' + namespace if namespace else ''
+
+
+def _deploy_remaps(path):
+    data = read_yaml(path)
+    section = None
+    for key in (DEPLOY_SECTION, '/' + DEPLOY_SECTION, '/**/' + DEPLOY_SECTION):
+        if isinstance(data, dict) and key in data:
+            section = (data[key] or {}).get('ros__parameters') or {}
+    if section is None:
+        return []
+    unknown = sorted(set(section) - set(DRIVER_TOPICS.values()))
+    if unknown:
+        raise ConfigError(f'{path}: section {DEPLOY_SECTION!r} has unknown parameters '
+                          f'{unknown}; allowed: {sorted(DRIVER_TOPICS.values())}')
+    return [(topic, str(section[key])) for topic, key in DRIVER_TOPICS.items()
+            if section.get(key) and str(section[key]) != topic]
+
+
+def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_time=False,
+                namespace='', overrides=None, check_files=True):
+    """Describe the graph for `robot` (a name in config/robots/ or a parameter file path).
+
+    policy: an ONNX path that replaces policy_runner's policy_path. use_sim: start sim_robot
+    (false on hardware). sysid: start the three SysID nodes and sim_bridge. overrides:
+    {node: {parameter: value}} written to the overlay file (the demo shortens dwell times).
+    Nodes whose module does not exist yet, or whose section is absent from the robot file, are
+    listed in `skipped` with the reason. Raises ConfigError for an unknown robot.
+    """
+    path = robot_config_path(robot)
+    shared = load_node_params(path, '/**')
+    robot_name = str(shared.get('robot_name') or Path(path).stem)
+    wanted = ([SIM_NODE] if use_sim else []) + [SUPERVISOR, POLICY]
+    if sysid:
+        wanted += list(SYSID_NODES) + [BRIDGE]
+    sections = set(_sections(path))
+    ns = _namespace(namespace)
+    if ns:
+        plain = sorted(k for k in read_yaml(path) if k in wanted)
+        if plain:
+            raise ConfigError(
+                f'{path}: section(s) {plain} apply only to nodes in the root namespace, so '
+                f'namespace {ns} would start them without their parameters; key them '
+                + ', '.join(f"'/**/{k}:'" for k in plain) + ' (any namespace)')
+    remaps = _deploy_remaps(path)
+    overrides = {k: dict(v) for k, v in (overrides or {}).items()}
+    nodes, skipped = [], []
+    for name in wanted:
+        if not node_available(name):
+            skipped.append((name, f'node not available (no module simreal_ros.nodes.{name} '
+                                  'in this installation)'))
+            continue
+        if name not in sections:
+            skipped.append((name, f'{path} has no {name!r} section'))
+            continue
+        over = dict(overrides.get(name, {}))
+        if name == POLICY and policy:
+            over['policy_path'] = str(resolve_path(policy, what='policy'))
+        if use_sim_time:
+            if name == SIM_NODE:
+                over['publish_clock'] = True   # sim_robot owns /clock
+            else:
+                over['use_sim_time'] = True
+        if check_files and name == POLICY:
+            problem = _policy_problem(path, over)
+            if problem:
+                skipped.append((name, problem))
+                continue
+        nodes.append(NodeSpec(name=name, params_files=[str(path)], remaps=list(remaps),
+                              overrides=over))
+    graph = Graph(robot=str(robot), robot_name=robot_name, config_path=Path(path),
+                  namespace=ns, use_sim_time=bool(use_sim_time),
+                  nodes=nodes, skipped=skipped)
+    return graph
+
+
+def _sections(path):
+    data = read_yaml(path)
+    return [str(k).split('/')[-1] for k in data if k not in ('/**', '**')]
+
+
+def _policy_problem(path, over):
+    policy = over.get('policy_path') or load_node_params(path, POLICY).get('policy_path')
+    if not policy:
+        return f'{path}: policy_runner has no policy_path (give policy:=<file.onnx>)'
+    try:
+        resolve_path(policy, what='policy_path', relative_to=Path(path).parent)
+    except ConfigError as exc:
+        hint = ''
+        if 'arm3_policy' in str(policy):
+            hint = ('; create the arm3 stand-in with `python scripts/onnx_policies.py arm3 '
+                    f'{policy}` or give policy:=<file.onnx>')
+        return f'{exc}{hint}'
+    return ''
+
+
+def write_overlay(graph, folder=None):
+    """Write the overlay parameter file (one '/**/<node>' section per node with overrides).
+
+    Each node gets [robot file, overlay] as its parameter files: a node-name section in a later
+    file overrides the robot file's section (a `-p` argument would not). Returns the path, or
+    None when no node has overrides.
+    """
+    sections = {f'/**/{n.name}': {'ros__parameters': n.overrides}
+                for n in graph.nodes if n.overrides}
+    if not sections:
+        return None
+    folder = Path(folder or tempfile.mkdtemp(prefix='simreal_graph_'))
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f'{graph.robot_name}_overlay.yaml'
+    out.write_text('# Written by simreal_ros.graph: overrides on top of '
+                   f'{graph.config_path}\n' + yaml.safe_dump(sections, sort_keys=True))
+    graph.overlay_path = out
+    for spec in graph.nodes:
+        if spec.overrides:
+            spec.params_files = [str(graph.config_path), str(out)]
+    return out
+
+
+def node_parameters(graph, spec):
+    """Return the flattened parameters `spec` receives from its files (for tests and docs)."""
+    params = {}
+    for path in spec.params_files:
+        params.update(load_node_params(path, spec.name))
+    return params
+
+
+def rviz_config():
+    """Return the path of config/monitor.rviz."""
+    from simreal_ros.core.config import share_dir
+    return Path(share_dir()) / 'config' / 'monitor.rviz'
+
+
+def env_summary():
+    """Return the DDS settings that decide who sees this graph."""
+    return {'ROS_DOMAIN_ID': os.environ.get('ROS_DOMAIN_ID', '0 (default)'),
+            'ROS_AUTOMATIC_DISCOVERY_RANGE':
+                os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'SUBNET (default)')}
