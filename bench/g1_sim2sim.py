@@ -49,6 +49,9 @@ def main():
                         help='route through safety_supervisor at full stage; auto = in '
                         'realtime mode (in lockstep it re-stamps and ticks on its own timer, so '
                         'the simulation cannot tell which command belongs to which state)')
+    parser.add_argument('--rtf', type=float, default=1.0,
+                        help='realtime mode: real_time_factor of sim_robot; other than 1 runs '
+                        'every node on its /clock (use_sim_time), for loaded machines')
     parser.add_argument('--save', help='write the lockstep actions and stamps to this .npz')
     args = parser.parse_args()
     if not (G1 / 'policy.onnx').is_file():
@@ -89,6 +92,10 @@ def main():
         # The phase starts at enable, as the reference's starts at t = 0.
         sim_overlay['policy_runner'].update(
             {'observation': {'gait_phase': {'origin': 'reset'}}})
+        if args.rtf != 1.0:
+            sim_overlay['sim_robot'].update(real_time_factor=args.rtf, publish_clock=True)
+            for name in ('policy_runner', 'safety_supervisor'):
+                sim_overlay[name]['use_sim_time'] = True
     # Without the supervisor sim_robot takes policy/command itself.
     sim_remap = [] if supervisor else ['-r', 'hardware/command:=policy/command']
     hold_topic = 'policy/command'   # the hold goes the policy's way (through the supervisor)
@@ -110,6 +117,11 @@ def main():
                              lambda m: states.append(stamp_to_sec(m.header.stamp)),
                              SENSOR_SUB_QOS)
     hold = node.create_publisher(JointState, hold_topic, COMMAND_QOS)
+    safety = []   # the supervisor's latched JSON state: its events explain a safe stop
+    from std_msgs.msg import String
+    from simreal_ros.nodes.common import LATCHED_QOS
+    node.create_subscription(String, 'safety/state', lambda m: safety.append(m.data),
+                             LATCHED_QOS)
     enable = node.create_client(SetBool, 'policy_runner/enable')
     from rosproc import Spinner
     spinner = Spinner(node)
@@ -134,6 +146,8 @@ def main():
         assert enable.wait_for_service(timeout_sec=60), procs[1].output()
         wait_for(lambda: states, 60, what='joint_states from sim_robot')
         summary = {'mode': args.mode, 'supervisor': bool(supervisor)}
+        if not lockstep:
+            summary['real_time_factor'] = args.rtf
         if lockstep:
             # The reference's first period: hold the default pose, stamped t = 0.
             msg = JointState(name=names, position=default.tolist())
@@ -178,8 +192,8 @@ def main():
             start = time.monotonic()
             start_pose = poses[-1]
             summary['base_z_at_enable'] = float(start_pose[3])
-            wait_for(lambda: time.monotonic() - start > args.duration or any(
-                p.proc.poll() is not None for p in procs), args.duration + 30,
+            wait_for(lambda: poses[-1][0] - start_pose[0] > args.duration or any(
+                p.proc.poll() is not None for p in procs), args.duration / args.rtf + 60,
                 what='realtime run')
             with lock:
                 run = [p for p in poses if p[0] >= start_pose[0]]
@@ -195,6 +209,16 @@ def main():
                 stale_ticks=int(diag.get('stale_ticks', -1)),
                 period_err_ms_p99=float(diag.get('period_err_ms_p99', 'nan')),
                 inference_us_p99=float(diag.get('inference_us_p99', 'nan')))
+        if supervisor and safety:
+            try:
+                state = json.loads(safety[-1])
+                summary['supervisor_state'] = {k: state.get(k) for k in (
+                    'estop', 'estop_cause', 'output', 'safe_reason', 'clips')}
+                summary['supervisor_state']['log'] = [
+                    line[-160:] for line in procs[2].output().splitlines()
+                    if 'E-STOP' in line or 'output:' in line][-6:]
+            except ValueError:
+                summary['supervisor_state'] = safety[-1][-500:]
         for p in procs:
             if p.proc.poll() is not None:
                 summary.setdefault('exited', []).append(p.cmd[2])
