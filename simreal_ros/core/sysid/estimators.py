@@ -180,7 +180,8 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
     rec.validate()
     i = experiment.index
     joint = experiment.joint
-    _, steady, speed = sample_labels(rec, experiment)
+    seg, steady, speed = sample_labels(rec, experiment)
+    _check_saturation(rec.effort[:, i], torque_limit, seg >= 0, joint)
     if np.count_nonzero(steady) < 50:
         raise IdentificationError('not enough excitation', f'{joint}: only '
                                   f'{np.count_nonzero(steady)} constant-velocity samples')
@@ -196,7 +197,6 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
             raise IdentificationError('joint did not move', f'{joint}: commanded {v:+.3f} rad/s, '
                                       f'measured {moved:+.4f} rad/s (blocked, at a limit or '
                                       'the command did not reach the robot)')
-    _check_saturation(rec.effort[:, i], torque_limit, steady, joint)
     fs = 1.0 / float(np.median(np.diff(rec.t)))
     qf = lowpass(rec.position, fs, filter_hz)
     qdf = lowpass(rec.velocity, fs, filter_hz)
@@ -225,9 +225,9 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
     """Armature and effective inertia from a multi-sine by filtered least squares.
 
     Model: tau - tau_rigid = Ja*qdd + Fv*qd + Fc*sign(qd) + b (+ a time-offset term), with
-    the same zero-phase
-    filter on torque and every regressor column; samples near zero velocity (where dry
-    friction sticks) are left out. Effective inertia = Ja + the nominal link inertia at the
+    the same zero-phase filter on torque and every regressor column; samples near zero
+    velocity (where dry friction sticks) are left out. The interval adds, to the Newey-West
+    part, how far the estimate moves with the filter cut-off. Effective inertia = Ja + the nominal link inertia at the
     pose (mj_fullM diagonal).
     """
     rec.validate()
@@ -237,37 +237,28 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
     fs = 1.0 / float(np.median(np.diff(rec.t)))
     if filter_hz is None:
         filter_hz = 25.0
-    qf = lowpass(rec.position, fs, filter_hz)
-    qdf = lowpass(rec.velocity, fs, filter_hz)
-    qddf = np.gradient(qdf, rec.t, axis=0)
-    tauf = lowpass(rec.effort[:, i], fs, filter_hz)
-    sf = lowpass(np.sign(qdf[:, i]), fs, filter_hz)
     excite = seg >= 0
     if np.count_nonzero(excite) < 100:
         raise IdentificationError('not enough excitation', f'{joint}: no excitation samples')
     _check_saturation(rec.effort[:, i], torque_limit, excite, joint)
+    qdf = lowpass(rec.velocity, fs, filter_hz)
     rms_v = float(np.sqrt(np.mean(qdf[excite, i]**2)))
     if rms_v < 2 * min_speed:
         raise IdentificationError('joint did not move', f'{joint}: RMS velocity {rms_v:.4f} '
                                   'rad/s during the excitation (blocked, or the command did '
                                   'not reach the robot)')
-    slow = _dilate(np.abs(qdf[:, i]) < min_speed, int(round(0.01 * fs)))
-    edge = int(round(2.0 * fs / filter_hz))
-    use = excite & ~slow
-    use[:edge] = False
-    use[-edge:] = False
-    if np.count_nonzero(use) < 100:
-        raise IdentificationError('not enough excitation', f'{joint}: only '
-                                  f'{np.count_nonzero(use)} moving samples')
-    rigid = nominal.inverse_dynamics(qf[use], qdf[use], qddf[use])[:, i]
-    y = tauf[use] - rigid
-    # Last column: a small time offset between the effort and the motion samples (an effort
-    # reading is the torque of the last control step; a joint state is the end of it): the
-    # measured torque is tau(t - dt_e) ~ tau(t) - dt_e * dtau/dt.
-    X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y)),
-                         -np.gradient(tauf, rec.t)[use]])
-    theta, cov, r, cond, lag = ols_hac(X, y)
+    theta, cov, r, cond, lag, y = _inertia_regression(rec, nominal, i, excite, fs, filter_hz,
+                                                      min_speed, joint)
     std = np.sqrt(np.diag(cov))
+    # Model-error part of the interval: how much the estimate moves when the filter cut-off
+    # does (0.6x and 1.6x); a perfect model would not care.
+    spread = np.zeros_like(theta)
+    for factor in (0.6, 1.6):
+        fc = min(filter_hz * factor, 0.4 * fs)
+        alt = _inertia_regression(rec, nominal, i, excite, fs, fc, min_speed, joint)[0]
+        spread = np.maximum(spread, np.abs(alt - theta))
+    std_hac = std
+    std = np.sqrt(std**2 + spread**2)
     rel = std[0] * _z() / max(abs(theta[0]), 1e-9)
     link = nominal.mass_diagonal(np.median(rec.position[excite], axis=0))[i]
     if cond > 1e4 or (rel > 0.5 and std[0] * _z() > 0.1 * (link + abs(theta[0]))):
@@ -284,7 +275,34 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
                 'coulomb_friction': float(theta[2]), 'torque_offset': float(theta[3]),
                 'viscous_damping_std': float(std[1]), 'coulomb_friction_std': float(std[2]),
                 'effort_time_offset_s': float(theta[4]),
+                'armature_std_noise': float(std_hac[0]),
+                'armature_std_filter': float(spread[0]),
                 'filter_hz': float(filter_hz), 'hac_lag': lag})
+
+
+def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint):
+    qf = lowpass(rec.position, fs, filter_hz)
+    qdf = lowpass(rec.velocity, fs, filter_hz)
+    qddf = np.gradient(qdf, rec.t, axis=0)
+    tauf = lowpass(rec.effort[:, i], fs, filter_hz)
+    sf = lowpass(np.sign(qdf[:, i]), fs, filter_hz)
+    slow = _dilate(np.abs(qdf[:, i]) < min_speed, int(round(0.01 * fs)))
+    edge = int(round(2.0 * fs / filter_hz))
+    use = excite & ~slow
+    use[:edge] = False
+    use[-edge:] = False
+    if np.count_nonzero(use) < 100:
+        raise IdentificationError('not enough excitation', f'{joint}: only '
+                                  f'{np.count_nonzero(use)} moving samples')
+    rigid = nominal.inverse_dynamics(qf[use], qdf[use], qddf[use])[:, i]
+    y = tauf[use] - rigid
+    # Last column: a small time offset between the effort and the motion samples (an effort
+    # reading is the torque of the last control step; a joint state is the end of it): the
+    # measured torque is tau(t - dt_e) ~ tau(t) - dt_e * dtau/dt.
+    X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y)),
+                         -np.gradient(tauf, rec.t)[use]])
+    theta, cov, r, cond, lag = ols_hac(X, y)
+    return theta, cov, r, cond, lag, y
 
 
 def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,

@@ -1,0 +1,131 @@
+"""What a SysID run leaves behind: raw signals as MCAP, results as YAML documents.
+
+The MCAP files use the ros2 profile with sensor_msgs/msg/JointState on `/sysid/command` (what
+was sent, stamped with the send time) and `/joint_states` (what was measured), so `ros2 bag
+info/play`, Foxglove and PlotJuggler open them. Results are plain mappings (robot, joint,
+parameter, value, interval, units, method, data file), published as YAML text and written as
+a .yaml file beside the MCAP.
+"""
+from datetime import datetime, timezone
+import glob
+import os
+
+import numpy as np
+import yaml
+
+from simreal_ros.core.sysid.estimators import Recording
+
+JOINT_STATE_DEF = """std_msgs/Header header
+string[] name
+float64[] position
+float64[] velocity
+float64[] effort
+================================================================================
+MSG: std_msgs/Header
+builtin_interfaces/Time stamp
+string frame_id
+================================================================================
+MSG: builtin_interfaces/Time
+int32 sec
+uint32 nanosec
+"""
+COMMAND_TOPIC = '/sysid/command'
+STATE_TOPIC = '/joint_states'
+
+
+def _stamp(t):
+    ns = int(round(t * 1e9))
+    return ns, {'sec': ns // 1_000_000_000, 'nanosec': ns % 1_000_000_000}
+
+
+def write_mcap(path, rec, time_origin=0.0):
+    """Write a Recording (times from `time_origin` seconds) as a ros2-profile MCAP file."""
+    from mcap_ros2.writer import Writer
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'wb') as f:
+        writer = Writer(f)
+        schema = writer.register_msgdef('sensor_msgs/msg/JointState', JOINT_STATE_DEF)
+        events = [(t, 0, k) for k, t in enumerate(rec.cmd_t)]
+        events += [(t, 1, k) for k, t in enumerate(rec.t)]
+        events.sort()
+        for seq, (t, which, k) in enumerate(events):
+            ns, stamp = _stamp(time_origin + t)
+            if which == 0:
+                msg = {'header': {'stamp': stamp, 'frame_id': ''}, 'name': list(rec.names),
+                       'position': rec.cmd_position[k].tolist(),
+                       'velocity': rec.cmd_velocity[k].tolist(),
+                       'effort': rec.cmd_effort[k].tolist()}
+                topic = COMMAND_TOPIC
+            else:
+                msg = {'header': {'stamp': stamp, 'frame_id': ''}, 'name': list(rec.names),
+                       'position': rec.position[k].tolist(),
+                       'velocity': rec.velocity[k].tolist(),
+                       'effort': rec.effort[k].tolist()}
+                topic = STATE_TOPIC
+            writer.write_message(topic, schema, msg, log_time=ns, publish_time=ns,
+                                 sequence=seq)
+        writer.finish()
+    return path
+
+
+def read_mcap(path):
+    """Read a file written by write_mcap back into a Recording (times as stored)."""
+    from mcap_ros2.reader import read_ros2_messages
+    cmd, state = [], []
+    for m in read_ros2_messages(path):
+        msg = m.ros_msg
+        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        row = (t, list(msg.name), list(msg.position), list(msg.velocity), list(msg.effort))
+        (cmd if m.channel.topic == COMMAND_TOPIC else state).append(row)
+    names = (state or cmd)[0][1]
+
+    def arr(rows, k):
+        return np.array([r[k] for r in rows], dtype=float)
+
+    return Recording(names, arr(state, 0), arr(state, 2), arr(state, 3), arr(state, 4),
+                     arr(cmd, 0), arr(cmd, 2), arr(cmd, 3), arr(cmd, 4))
+
+
+def result_documents(robot, fit, data_file):
+    """Return one mapping per estimated parameter of a Fit."""
+    docs = []
+    for est in fit.estimates.values():
+        docs.append({'robot': robot, 'joint': fit.joint, 'parameter': est.parameter,
+                     'value': float(est.value), 'interval': [float(est.low), float(est.high)],
+                     'units': est.units, 'method': est.method, 'data_file': str(data_file),
+                     'fit': {'residual_rms': round(fit.residual_rms, 6),
+                             'r_squared': round(fit.r_squared, 6),
+                             'condition': round(fit.condition, 2), 'samples': fit.samples}})
+    return docs
+
+
+def result_text(robot, experiment, results, failures, stamp=None):
+    """YAML text of a finished run: results (list of mappings) and failures (joint, reason)."""
+    stamp = stamp or datetime.now(timezone.utc).isoformat(timespec='seconds')
+    return yaml.safe_dump({'robot': robot, 'experiment': experiment, 'finished': stamp,
+                           'results': results, 'failures': failures}, sort_keys=False)
+
+
+def run_basename(robot, experiment):
+    return f'{robot}_{experiment}_{datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")}'
+
+
+def latest_parameters(results_dir, robot):
+    """Newest identified value and std per (joint, parameter) in a results folder."""
+    out = {}
+    files = sorted(glob.glob(os.path.join(os.path.expanduser(results_dir), f'{robot}_*.yaml')),
+                   key=os.path.getmtime)
+    for path in files:
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for r in data.get('results') or []:
+            try:
+                lo, hi = r['interval']
+                out[(r['joint'], r['parameter'])] = (float(r['value']),
+                                                     (float(hi) - float(lo)) / (2 * 1.959964))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out

@@ -1,0 +1,173 @@
+"""SysID core: designs stay inside the limits, estimators recover a plant's hidden parameters,
+and data that cannot support an estimate gives a clear failure instead of a number."""
+from dataclasses import replace
+import os
+
+import numpy as np
+import pytest
+
+from simreal_ros.core.config import ConfigError, load_node_params
+from simreal_ros.core.plant import PlantTruth, SimPlant
+from simreal_ros.core.sysid import (IdentificationError, NominalModel, check_limits,
+                                    design_for, estimate_friction, estimate_inertia,
+                                    estimate_latency)
+from simreal_ros.core.sysid.baselines import baseline_friction, baseline_latency
+from simreal_ros.core.sysid.design import limit_usage, load_settings
+from simreal_ros.core.sysid.records import read_mcap, write_mcap
+from simreal_ros.core.sysid.runner import record
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, 'config', 'robots', 'arm3.yaml')
+MODEL = os.path.join(REPO, 'models', 'arm3', 'arm3.xml')
+NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
+
+
+@pytest.fixture(scope='module')
+def nominal():
+    return NominalModel(MODEL, NAMES)
+
+
+@pytest.fixture(scope='module')
+def sim():
+    return load_node_params(CONFIG, 'sim_robot')
+
+
+def truth(sim, **changes):
+    plant = {k[len('plant.'):]: v for k, v in sim.items() if k.startswith('plant.')}
+    plant.update(changes)
+    return PlantTruth.from_mapping(plant, 3)
+
+
+def make_plant(sim, tr, seed=3):
+    return SimPlant(MODEL, NAMES, 0.001, sim['kp'], sim['kd'], truth=tr, seed=seed)
+
+
+def short(kind, **changes):
+    """The arm3 settings of `kind`, shortened for tests."""
+    s = load_settings(CONFIG, kind)
+    fast = {'friction': dict(friction_speeds=(0.3, 1.2), sweep_half_range=0.4),
+            'inertia': dict(inertia_duration_s=5.0),
+            'latency': dict(latency_duration_s=2.5)}[kind]
+    fast.update(changes)
+    return replace(s, **fast)
+
+
+@pytest.mark.parametrize('kind', ['friction', 'inertia', 'latency'])
+def test_designs_stay_inside_limits_and_range(kind, nominal, sim):
+    s = load_settings(CONFIG, kind)
+    start = np.array([0.3, -0.2, 0.4])
+    for joint in NAMES:
+        exp = design_for(kind, joint, s, nominal, start)
+        assert check_limits(exp, s, nominal) == []
+        i = exp.index
+        lo = max(nominal.position_range[i, 0], s.position_lower[i]) + s.range_margin - 1e-9
+        hi = min(nominal.position_range[i, 1], s.position_upper[i]) - s.range_margin + 1e-9
+        moving = exp.segment >= 0
+        assert np.all(exp.position[moving, i] >= lo) and np.all(exp.position[moving, i] <= hi)
+        rate = np.abs(np.diff(exp.position, axis=0)) * s.command_rate_hz
+        assert np.all(rate <= s.velocity_limit * (1 + 1e-6))
+        assert np.allclose(exp.position[0], start)          # starts where the robot is
+        others = [k for k in range(3) if k != i]
+        assert np.allclose(exp.position[moving][:, others], s.hold_position[others])
+        assert exp.duration < 30.0
+
+
+def test_hold_position_outside_range_is_a_config_error(nominal):
+    s = load_settings(CONFIG, 'friction')
+    bad = replace(s, hold_position=np.array([0.0, 1.9, 0.0]))
+    with pytest.raises(ConfigError, match='hold_position'):
+        design_for('friction', 'shoulder_pitch', bad, nominal, np.zeros(3))
+
+
+def test_friction_recovered_within_target_and_beats_the_seed(nominal, sim):
+    tr = truth(sim, latency_s=0.0113)
+    s = short('friction')
+    plant = make_plant(sim, tr)
+    exp = design_for('friction', 'shoulder_pitch', s, nominal, np.zeros(3))
+    rec = record(plant, exp)
+    fit = estimate_friction(rec, exp, nominal, s.torque_limit[1])
+    fc, fv = fit.estimates['coulomb_friction'], fit.estimates['viscous_damping']
+    assert abs(fc.value - tr.coulomb_friction[1]) < 0.02 * tr.coulomb_friction[1]
+    assert abs(fv.value - tr.viscous_damping[1]) < 0.05 * tr.viscous_damping[1]
+    assert fc.low < fc.value < fc.high and fit.condition < 100
+    naive = baseline_friction(rec, exp)
+    assert (abs(naive['viscous_damping'] - tr.viscous_damping[1])
+            > 5 * abs(fv.value - tr.viscous_damping[1]))
+    use = limit_usage(s, rec)
+    assert use['torque'] <= 1.0 and use['velocity'] <= 1.0 and use['position_inside']
+
+
+def test_inertia_recovered_within_target(nominal, sim):
+    tr = truth(sim)
+    s = short('inertia')
+    plant = make_plant(sim, tr)
+    exp = design_for('inertia', 'elbow_pitch', s, nominal, np.zeros(3))
+    rec = record(plant, exp)
+    fit = estimate_inertia(rec, exp, nominal, s.torque_limit[2])
+    arm = fit.estimates['armature']
+    assert abs(arm.value - tr.armature[2]) < 0.05 * tr.armature[2]
+    link = nominal.mass_diagonal(np.zeros(3))[2]
+    assert fit.estimates['effective_inertia'].value == pytest.approx(arm.value + link)
+    assert limit_usage(s, rec)['torque'] <= 1.0
+
+
+def test_latency_recovered_sub_sample_and_servo_lag_not_counted(nominal, sim):
+    tr = truth(sim, latency_s=0.0137)     # not a multiple of the 2 ms sample period
+    s = short('latency')
+    plant = make_plant(sim, tr)
+    exp = design_for('latency', 'shoulder_yaw', s, nominal, np.zeros(3))
+    rec = record(plant, exp)
+    params = {'armature': tr.armature, 'viscous_damping': tr.viscous_damping,
+              'coulomb_friction': tr.coulomb_friction}
+    fit = estimate_latency(rec, exp, nominal, params, s.kp, s.kd, 0.001, s.max_latency_s,
+                           s.torque_limit[0])
+    assert abs(fit.value('latency') - 0.0137) < 0.0005
+    # The seed (time until motion exceeds a threshold) counts the servo lag as delay.
+    assert baseline_latency(rec, exp)['latency'] > 0.0137 + 0.005
+
+
+def test_blocked_joint_is_reported_not_estimated(nominal, sim):
+    # Dry friction far above what the SysID torque limit lets the servo apply: no motion.
+    tr = truth(sim, coulomb_friction=[0.8, 0.6, 30.0])
+    plant = make_plant(sim, tr)
+    s = short('friction')
+    exp = design_for('friction', 'elbow_pitch', s, nominal, np.zeros(3))
+    rec = record(plant, exp)
+    with pytest.raises(IdentificationError) as err:
+        estimate_friction(rec, exp, nominal, None)
+    assert err.value.reason == 'joint did not move'
+    s = short('inertia')
+    exp = design_for('inertia', 'elbow_pitch', s, nominal, plant.measure().position)
+    rec = record(plant, exp)
+    with pytest.raises(IdentificationError) as err:
+        estimate_inertia(rec, exp, nominal, None)
+    assert err.value.reason == 'joint did not move'
+
+
+def test_no_excitation_and_saturation_are_clear_failures(nominal, sim):
+    tr = truth(sim, torque_limit=[40.0, 30.0, 0.35])    # elbow motor barely beats friction
+    plant = make_plant(sim, tr)
+    s = short('friction')
+    exp = design_for('friction', 'elbow_pitch', s, nominal, np.zeros(3))
+    rec = record(plant, exp)
+    with pytest.raises(IdentificationError) as err:
+        estimate_friction(rec, exp, nominal, 0.35)
+    assert err.value.reason == 'saturated'
+    still = replace(exp, steady=np.zeros_like(exp.steady))     # no constant-speed data
+    with pytest.raises(IdentificationError) as err:
+        estimate_friction(rec, still, nominal, None)
+    assert err.value.reason == 'not enough excitation'
+    assert 'constant-velocity' in str(err.value)
+
+
+def test_mcap_round_trip(tmp_path, nominal, sim):
+    plant = make_plant(sim, truth(sim))
+    exp = design_for('latency', 'elbow_pitch', short('latency', latency_duration_s=1.0),
+                     nominal, np.zeros(3))
+    rec = record(plant, exp)
+    path = write_mcap(str(tmp_path / 'run.mcap'), rec)
+    back = read_mcap(path)
+    assert back.names == NAMES
+    np.testing.assert_allclose(back.t, rec.t, atol=1e-9)
+    np.testing.assert_allclose(back.effort, rec.effort)
+    np.testing.assert_allclose(back.cmd_position, rec.cmd_position)
