@@ -1,0 +1,93 @@
+"""What sim_bridge does with a recording, without ROS: score the gap, export, report."""
+from dataclasses import dataclass
+import os
+
+import numpy as np
+
+from simreal_ros.core.bridge import export as export_mod
+from simreal_ros.core.bridge.gap import DEFAULT_THRESHOLD, evaluate
+from simreal_ros.core.bridge.params import JointParams
+from simreal_ros.core.bridge.replay import Replayer
+from simreal_ros.core.config import ConfigError, resolve_path
+
+
+@dataclass
+class GapReport:
+    """Gap of the nominal and the identified model on one recording."""
+
+    recording: str
+    nominal: object      # GapResult
+    identified: object   # GapResult
+    sims: dict           # label -> (q, dq)
+
+    def to_dict(self):
+        return {'recording': self.recording, 'passed': self.identified.passed,
+                'gap_nominal': self.nominal.value, 'gap_identified': self.identified.value,
+                'noise_floor': self.identified.noise_floor['overall'],
+                'threshold': self.identified.threshold,
+                'reduction_x': (self.nominal.value / self.identified.value
+                                if self.identified.value > 0 else float('inf')),
+                'nominal': self.nominal.to_dict(), 'identified': self.identified.to_dict()}
+
+
+class BridgeSession:
+    """The robot's model (nominal MJCF + parameters) and the operations on recordings."""
+
+    def __init__(self, model_path, names, kp, kd, physics_dt=0.001, torque_limit=np.inf,
+                 threshold=DEFAULT_THRESHOLD, max_shift_s=0.05, skip_s=0.2, robot='robot'):
+        self.model_path = str(model_path)
+        self.replayer = Replayer(model_path, names, kp, kd, physics_dt, torque_limit)
+        self.names = list(names)
+        self.threshold = float(threshold)
+        self.max_shift_s = float(max_shift_s)
+        self.skip_s = float(skip_s)
+        self.robot = robot
+        self.nominal = self.replayer.nominal.copy()
+
+    @classmethod
+    def from_params(cls, params, config_dir=None):
+        """Build from the flat sim_bridge node parameters; ConfigError names the parameter."""
+        names = params.get('joint_names')
+        if not names:
+            raise ConfigError('sim_bridge.joint_names is missing (in /** or sim_bridge)')
+        model = resolve_path(params.get('model_path', ''), 'sim_bridge.model_path',
+                             relative_to=config_dir)
+        for key in ('kp', 'kd'):
+            if key not in params:
+                raise ConfigError(f'sim_bridge.{key} is missing: the driver PD gains (as '
+                                  'sim_robot), one per joint')
+        return cls(model, names, params['kp'], params['kd'],
+                   float(params.get('physics_dt', 0.001)),
+                   params.get('torque_limit', np.inf),
+                   float(params.get('gap_threshold', DEFAULT_THRESHOLD)),
+                   float(params.get('max_shift_s', 0.05)), float(params.get('skip_s', 0.2)),
+                   str(params.get('robot_name', 'robot')))
+
+    def gap(self, rec, params, label='identified'):
+        """GapResult of `params` (JointParams) replaying `rec`, and the replay (q, dq)."""
+        q, dq = self.replayer.rollout(rec, params)
+        return evaluate(rec, q, dq, self.names, self.threshold, self.max_shift_s, label,
+                        self.skip_s), (q, dq)
+
+    def evaluate(self, rec, params, name=''):
+        """Gap of the nominal model and of `params` on `rec`: a GapReport."""
+        nominal, sim_n = self.gap(rec, self.nominal, 'nominal')
+        ident, sim_i = self.gap(rec, params, 'identified')
+        return GapReport(name, nominal, ident, {'nominal': sim_n, 'identified': sim_i})
+
+    def export(self, out_dir, params, report=None, rec=None):
+        """Write MJCF, values YAML, DR YAML (and the HTML report when given a GapReport)."""
+        gap = report.to_dict() if report is not None else None
+        if gap:
+            gap = {k: v for k, v in gap.items() if k not in ('nominal', 'identified')}
+        paths = export_mod.export(out_dir, self.model_path, params, self.robot, gap)
+        if report is not None and rec is not None:
+            from simreal_ros.core.bridge.report import write_report
+            paths['report'] = write_report(out_dir, rec, report.sims, params, self.nominal,
+                                           {'nominal': report.nominal,
+                                            'identified': report.identified},
+                                           title=f'{self.robot}: sim_bridge report')
+        return {k: os.path.abspath(v) for k, v in paths.items()}
+
+
+__all__ = ['BridgeSession', 'GapReport', 'JointParams']

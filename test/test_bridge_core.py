@@ -1,0 +1,200 @@
+"""sim_bridge core: parameters through MjSpec, replay, gap metric and gate, MCAP, export."""
+import math
+import os
+
+import mujoco
+import numpy as np
+import pytest
+import yaml
+
+from simreal_ros.core.bridge import BridgeSession, JointParams, build_model
+from simreal_ros.core.bridge import gap as gap_mod
+from simreal_ros.core.bridge.excite import multisine_run, record_run
+from simreal_ros.core.bridge.export import centre_errors
+from simreal_ros.core.bridge.params import params_in_model
+from simreal_ros.core.bridge.recording import read_mcap, write_mcap
+from simreal_ros.core.config import ConfigError, load_node_params
+from simreal_ros.core.plant import STICTION_SOLREF, PlantTruth, SimPlant
+from simreal_ros.core.sysid import NominalModel
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, 'config', 'robots', 'arm3.yaml')
+MODEL = os.path.join(REPO, 'models', 'arm3', 'arm3.xml')
+
+
+@pytest.fixture(scope='module')
+def arm3():
+    sim = load_node_params(CONFIG, 'sim_robot')
+    bridge = load_node_params(CONFIG, 'sim_bridge')
+    names = list(sim['joint_names'])
+    plant = {k[len('plant.'):]: v for k, v in sim.items() if k.startswith('plant.')}
+    truth = PlantTruth.from_mapping(plant, len(names))
+    session = BridgeSession.from_params(bridge, os.path.dirname(CONFIG))
+    nominal = NominalModel(MODEL, names)
+    sp = SimPlant(MODEL, names, 0.001, sim['kp'], sim['kd'], truth=truth, seed=5)
+    rec = record_run(sp, multisine_run(names, 0.0, [0.35, 0.3, 0.35], (0.5, 3.0), 3.0,
+                                       nominal=nominal, seed=3))
+    params = JointParams(names, truth.viscous_damping.copy(), truth.coulomb_friction.copy(),
+                         truth.armature.copy(), truth.latency_s)
+    return {'names': names, 'truth': truth, 'session': session, 'rec': rec,
+            'params': params, 'nominal_model': nominal, 'sim': sim}
+
+
+def test_params_enter_the_model_through_mjspec(arm3):
+    p = arm3['params']
+    model, spec = build_model(MODEL, p)
+    back = params_in_model(model, arm3['names'])
+    for key in ('damping', 'frictionloss', 'armature'):
+        np.testing.assert_allclose(getattr(back, key), getattr(p, key))
+    assert back.latency_s == pytest.approx(p.latency_s)
+    dof = model.jnt_dofadr[[model.joint(n).id for n in arm3['names']]]
+    np.testing.assert_allclose(model.dof_solref[dof], [STICTION_SOLREF] * 3)
+    # The nominal file is untouched: nothing identified in it.
+    nominal = params_in_model(build_model(MODEL)[0], arm3['names'])
+    assert np.all(nominal.damping == 0) and nominal.latency_s == 0.0
+
+
+def test_bad_parameters_are_refused_with_the_key_named(arm3):
+    with pytest.raises(ConfigError, match='damping has 2 values for 3 joints'):
+        JointParams.from_mapping({'damping': [0.1, 0.2]}, arm3['names'])
+    with pytest.raises(ConfigError, match='armature'):
+        JointParams.from_mapping({'armature': [0.1, -0.2, 0.0]}, arm3['names'])
+    with pytest.raises(ConfigError, match='latency_s'):
+        JointParams.from_mapping({'latency_s': 5.0}, arm3['names'])
+
+
+def test_replay_with_the_true_parameters_reaches_the_noise_floor(arm3):
+    s, rec = arm3['session'], arm3['rec']
+    matched, _ = s.gap(rec, arm3['params'], 'matched')
+    nominal, _ = s.gap(rec, s.nominal, 'nominal')
+    floor = matched.noise_floor['overall']
+    assert matched.value <= 1.1 * floor, matched.summary()
+    assert nominal.value > 10 * matched.value, nominal.summary()
+    assert matched.shift_samples == 0
+
+
+def test_noise_floor_is_estimated_from_the_data():
+    rng = np.random.default_rng(1)
+    t = np.arange(5000) / 500.0
+    clean = np.column_stack([np.sin(2 * np.pi * 0.7 * t), 0.3 * np.sin(2 * np.pi * 2.1 * t)])
+    sigma = np.array([1e-3, 5e-4])
+    est = gap_mod.noise_std(clean + rng.normal(0, sigma, clean.shape))
+    np.testing.assert_allclose(est, sigma, rtol=0.1)
+
+
+def test_alignment_finds_and_reports_a_shift(arm3):
+    s, rec = arm3['session'], arm3['rec']
+    q, dq = s.replayer.rollout(rec, arm3['params'])
+    k = 4       # the measurement happens 4 samples later than the simulation
+    late_q = np.vstack([np.repeat(q[:1], k, 0), q[:-k]])
+    late_dq = np.vstack([np.repeat(dq[:1], k, 0), dq[:-k]])
+    # Score the simulation against a shifted copy of itself (noise-free measurement).
+    shifted = type(rec)(rec.names, rec.t, late_q, late_dq, rec.effort, rec.cmd_t,
+                        rec.cmd_position, rec.cmd_velocity, rec.cmd_effort)
+    shifted.position = shifted.position + np.random.default_rng(0).normal(0, 1e-5, q.shape)
+    shifted.velocity = shifted.velocity + np.random.default_rng(1).normal(0, 1e-4, q.shape)
+    res = gap_mod.evaluate(shifted, q, dq, rec.names)
+    dt = float(np.median(np.diff(rec.t)))
+    assert res.shift_samples == k
+    assert res.shift_s == pytest.approx(k * dt)
+    unaligned = np.sqrt(np.mean((late_dq - dq)**2)) / np.std(late_dq)
+    assert res.overall['velocity'] < 0.2 * unaligned
+
+
+def test_gap_gate_fails_a_wrong_model_and_passes_a_matched_one(arm3):
+    s, rec = arm3['session'], arm3['rec']
+    wrong = arm3['params'].copy()
+    wrong.armature = wrong.armature * 6.0
+    wrong.frictionloss = wrong.frictionloss * 4.0
+    wrong.latency_s = 0.03
+    bad, _ = s.gap(rec, wrong, 'wrong')
+    good, _ = s.gap(rec, arm3['params'], 'matched')
+    assert bad.threshold == pytest.approx(0.15)
+    assert not bad.passed and bad.value > 0.15, bad.summary()
+    assert good.passed, good.summary()
+    assert len(good.nrmse['position']) == 3 and len(good.nrmse['velocity']) == 3
+
+
+def test_mcap_round_trip_and_subset_commands(arm3, tmp_path):
+    rec = arm3['rec']
+    path = write_mcap(str(tmp_path / 'run.mcap'), rec)
+    back = read_mcap(path, arm3['names'])
+    assert back.source['command_topic'] == 'hardware/command'
+    np.testing.assert_allclose(back.t, rec.t, atol=1e-9)
+    np.testing.assert_allclose(back.position, rec.position)
+    np.testing.assert_allclose(back.cmd_t, rec.cmd_t, atol=1e-9)
+    np.testing.assert_allclose(back.cmd_position, rec.cmd_position)
+    np.testing.assert_allclose(back.cmd_effort, rec.cmd_effort)
+    # Replaying what was read gives the same trajectory as the in-memory recording.
+    s = arm3['session']
+    q1, _ = s.replayer.rollout(rec, arm3['params'])
+    q2, _ = s.replayer.rollout(back, arm3['params'])
+    np.testing.assert_allclose(q1, q2, atol=1e-9)
+
+    from mcap_ros2.writer import Writer
+    from simreal_ros.core.bridge.recording import JOINT_STATE_MSGDEF
+    sub = str(tmp_path / 'subset.mcap')
+    names = arm3['names']
+    with open(sub, 'wb') as f:
+        w = Writer(f)
+        schema = w.register_msgdef('sensor_msgs/msg/JointState', JOINT_STATE_MSGDEF)
+
+        def js(ns, nm, p=(), v=(), e=()):
+            return {'header': {'stamp': {'sec': ns // 10**9, 'nanosec': ns % 10**9},
+                               'frame_id': ''}, 'name': nm, 'position': list(p),
+                    'velocity': list(v), 'effort': list(e)}
+        base = 10**18
+        w.write_message('/sysid/command', schema, js(base, names, [0.1, 0.2, 0.3]), base)
+        w.write_message('/sysid/command', schema, js(base + 10**7, [names[1]], [0.5]),
+                        base + 10**7)
+        w.write_message('/sysid/command', schema, js(base + 2 * 10**7, ['nope'], [0.5]),
+                        base + 2 * 10**7)
+        for k in range(20):
+            ns = base + k * 2 * 10**6
+            w.write_message('/joint_states', schema,
+                            js(ns, names, [0.0] * 3, [0.0] * 3, [0.0] * 3), ns)
+        w.finish()
+    r = read_mcap(sub)
+    assert r.source['command_topic'] == 'sysid/command'
+    assert r.source['rejected_commands'] == 1
+    np.testing.assert_allclose(r.cmd_position, [[0.1, 0.2, 0.3], [0.1, 0.5, 0.3]])
+    np.testing.assert_allclose(r.cmd_velocity, 0.0)
+    with pytest.raises(ConfigError, match='needs sensor_msgs/JointState'):
+        read_mcap(sub, command_topics=('hardware/command',))
+    with pytest.raises(ConfigError, match='does not exist'):
+        read_mcap(str(tmp_path / 'missing.mcap'))
+
+
+def test_export_loads_in_plain_mujoco_and_reproduces_the_replay(arm3, tmp_path):
+    s, rec = arm3['session'], arm3['rec']
+    p = arm3['params'].copy()
+    p.interval = {'damping': np.array([0.01, 0.02, 0.005]),
+                  'frictionloss': np.array([0.02, 0.01, np.nan]),
+                  'armature': np.array([1e-3, 1e-3, 5e-4]), 'latency_s': 2e-4}
+    report = s.evaluate(rec, p, 'test')
+    paths = s.export(str(tmp_path / 'export'), p, report, rec)
+    model = mujoco.MjModel.from_xml_path(paths['mjcf'])       # plain MuJoCo
+    q_file, dq_file = s.replayer.rollout(rec, model=model)
+    q_par, dq_par = s.replayer.rollout(rec, p)
+    np.testing.assert_allclose(q_file, q_par, atol=1e-9)
+    np.testing.assert_allclose(dq_file, dq_par, atol=1e-7)
+    res = gap_mod.evaluate(rec, q_file, dq_file, rec.names)
+    assert res.value <= 1.1 * res.noise_floor['overall']
+    with open(paths['domain_randomization']) as f:
+        dr = yaml.safe_load(f)
+    assert centre_errors(dr, p) < 1e-12
+    for joint in arm3['names']:
+        for key, (lo, hi) in dr['joints'][joint].items():
+            assert 0.0 <= lo < hi, (joint, key, lo, hi)
+    i = 0
+    lo, hi = dr['joints'][arm3['names'][i]]['damping']
+    assert (hi - lo) / 2 == pytest.approx(max(2 * 0.01, 0.1 * p.damping[i]))
+    assert 'mjlab' in dr['note'] and 'Isaac Lab' in dr['note']
+    with open(paths['params']) as f:
+        values = yaml.safe_load(f)
+    assert values['joints'][arm3['names'][0]]['damping']['value'] == pytest.approx(p.damping[0])
+    assert 'interval_95' not in values['joints'][arm3['names'][2]]['frictionloss']
+    html = open(paths['report']).read()
+    for png in ('position.png', 'velocity.png', 'friction.png', 'estimates.png'):
+        assert png in html and os.path.getsize(tmp_path / 'export' / png) > 1000
+    assert math.isfinite(report.to_dict()['reduction_x'])
