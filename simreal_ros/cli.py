@@ -52,13 +52,16 @@ def _join(namespace, name):
 class Ros:
     """One short-lived rclpy node for a CLI verb, spun in a background thread."""
 
-    def __init__(self, namespace=''):
+    def __init__(self, namespace='', use_sim_time=False):
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
+        from rclpy.parameter import Parameter
         self.rclpy = rclpy
         self.namespace = namespace
         rclpy.init(args=[])
-        self.node = rclpy.create_node(f'simreal_cli_{os.getpid()}')
+        self.node = rclpy.create_node(
+            f'simreal_cli_{os.getpid()}',
+            parameter_overrides=[Parameter('use_sim_time', value=bool(use_sim_time))])
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self._stop = threading.Event()
@@ -96,6 +99,19 @@ class Ros:
             return future.result()
         finally:
             self.node.destroy_client(client)
+
+    def wait_service(self, name, owner, wait=SERVICE_WAIT_S):
+        """Raise Missing unless the service `name` of `owner` is offered."""
+        from std_srvs.srv import Trigger
+        fqn = _join(self.namespace, name)
+        client = self.node.create_client(Trigger, fqn)
+        try:
+            if not client.wait_for_service(timeout_sec=wait):
+                raise Missing(f'{owner} is not running: service {fqn} not found within '
+                              f'{wait:g} s {_dds_hint()}')
+        finally:
+            self.node.destroy_client(client)
+        return True
 
     def trigger(self, name, owner, timeout=10.0):
         from std_srvs.srv import Trigger
@@ -175,8 +191,8 @@ def safety_state(ros, timeout=3.0):
 def format_status(state, diags):
     """Return the status lines an operator reads: stage, e-stop, input ages, loop timing."""
     stage = state.get('stage', {})
-    scales = stage.get('scales') or []
-    idx = stage.get('index', 0)
+    scales = stage.get('stages') or []
+    idx = stage.get('stage_index', 0)
     lines = [
         f'e-stop      : {"LATCHED (" + str(state.get("estop_cause")) + ")" if state.get("estop") else "clear"}',
         f'output      : {state.get("output")} ({state.get("safe_reason") or "forwarding"}), '
@@ -224,11 +240,16 @@ def run_sysid(ros, node, joints=None, timeout=600.0, progress=None):
 
 
 def cmd_sysid(args, ros):
+    from simreal_ros import sysid_client
     code = 0
     for node in _sysid_nodes(args.kind):
         result = run_sysid(ros, node, joints=args.joints, progress=_progress_bar(node))
-        print(f'\n{node}: ' + json.dumps(result, indent=2, sort_keys=True))
-        code |= 0 if result.get('ok', True) else 1
+        print(f'\n{node}: {"ok" if result.get("ok") else "FAILED"}')
+        for line in sysid_client.format_result(result):
+            print(line)
+        code |= 0 if result.get('ok') else 1
+    print('safety_supervisor is left forwarding sysid (idle: safe mode); `simreal estop` and '
+          'select the policy again before `simreal enable`')
     return code
 
 
@@ -374,7 +395,8 @@ def cmd_up(args, _ros=None):
 
 def cmd_demo(args, _ros=None):
     from simreal_ros import demo
-    return demo.main(['--robot', args.robot] + (['--fast'] if args.fast else []))
+    return demo.main(['--robot', args.robot, '--rtf', str(args.rtf)]
+                     + (['--fast'] if args.fast else []))
 
 
 # -- parser -------------------------------------------------------------------------------
@@ -410,6 +432,8 @@ def build_parser():
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
     p.add_argument('--robot', default='arm3')
     p.add_argument('--fast', action='store_true', help='shorter experiments')
+    p.add_argument('--rtf', type=float, default=1.0, help='sim real-time factor (loaded '
+                   'machine: 0.5; every node then runs on /clock)')
     return parser
 
 

@@ -1,18 +1,26 @@
 """Client side of the SysID nodes and sim_bridge, for the `simreal` CLI and the demo.
 
-The interfaces used (all relative to the graph's namespace; ARCHITECTURE.md):
+The interfaces used (relative to the graph's namespace; see simreal_ros.nodes.sysid_common):
 
-- `<kind>_id/start`, `<kind>_id/abort` (std_srvs/Trigger); the result is published latched as
-  JSON text (std_msgs/String) on `<kind>_id/result`; progress (when the node offers it) on
-  `<kind>_id/progress` (JSON with `fraction`).
-- `sim_bridge/<verb>` (std_srvs/Trigger) answers with a message that is JSON or a path.
+- `<kind>_id/start`, `<kind>_id/abort` (std_srvs/Trigger); progress as JSON on
+  `<kind>_id/progress` (`experiment`, `joint`, `phase`, `percent`, `time_left_s`; phase `done`
+  or `aborted` at the end); the result as YAML text, latched, on `sysid/result` (shared by the
+  three nodes; `experiment` tells which).
+- safety_supervisor forwards one source: a SysID run needs `safety/estop`,
+  `safety/select_sysid true`, `safety/reset`; the reset needs a fresh command near the measured
+  pose from the sysid source, so this client holds the current pose on `sysid/command` (the
+  supervisor's input, never `hardware/command`) until the experiment has started.
+- `sim_bridge/<verb>` (std_srvs/Trigger) answers with a message that is JSON or text.
 
 A node or service that is not there raises `Missing` naming it: never a traceback.
 """
 import json
+import threading
 import time
 
-RESULT_TOPIC = '{node}/result'
+import yaml
+
+RESULT_TOPIC = 'sysid/result'
 PROGRESS_TOPIC = '{node}/progress'
 
 
@@ -21,56 +29,157 @@ def _missing(text):
     return Missing(text)
 
 
+def _join(ros, name):
+    from simreal_ros.cli import _join
+    return _join(ros.namespace, name)
+
+
 def _parse(text):
     try:
-        return json.loads(text)
+        out = json.loads(text)
     except (TypeError, ValueError):
-        return {'message': text}
+        try:
+            out = yaml.safe_load(text)
+        except yaml.YAMLError:
+            out = None
+    return out if isinstance(out, dict) else {'message': text}
 
 
-def run(ros, node, joints=None, timeout=600.0, progress=None):
-    """Start `node`'s experiments (optionally on `joints`) and wait for a new result."""
+class PoseHold:
+    """Publish the measured pose on `<source>/command` at 100 Hz (a supervisor input)."""
+
+    def __init__(self, ros, source='sysid'):
+        from sensor_msgs.msg import JointState
+        from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS
+        self.ros = ros
+        self.state = None
+        self.sub = ros.node.create_subscription(JointState, _join(ros, 'joint_states'),
+                                                self._on_state, SENSOR_SUB_QOS)
+        self.pub = ros.node.create_publisher(JointState, _join(ros, f'{source}/command'),
+                                             COMMAND_QOS)
+        self.pose = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _on_state(self, msg):
+        self.state = msg
+
+    def start(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while self.state is None:
+            if time.monotonic() > deadline:
+                self.close()
+                raise _missing('no joint_states: is sim_robot (or the robot driver) running?')
+            time.sleep(0.01)
+        self.pose = (list(self.state.name), list(self.state.position))
+        self._thread.start()
+        return self
+
+    def _loop(self):
+        from sensor_msgs.msg import JointState
+        while not self._stop.wait(0.01):
+            msg = JointState(name=self.pose[0], position=self.pose[1],
+                             velocity=[0.0] * len(self.pose[0]))
+            msg.header.stamp = self.ros.node.get_clock().now().to_msg()
+            self.pub.publish(msg)
+
+    def close(self):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        self.ros.node.destroy_subscription(self.sub)
+        self.ros.node.destroy_publisher(self.pub)
+
+
+def reset_until(ros, timeout=15.0):
+    """Call safety/reset until it succeeds (inputs fresh) or `timeout`; return (ok, message)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = ros.trigger('safety/reset', 'safety_supervisor')
+        if resp.success or time.monotonic() > deadline:
+            return resp.success, resp.message
+        time.sleep(0.2)   # the refusal names a stale input: give it a few ticks
+
+
+def select_source(ros, source, hold=False):
+    """Make safety_supervisor forward `source` ('policy'/'sysid'): estop, select, reset.
+
+    With hold=True the current pose is held on `<source>/command` while resetting (the caller
+    gets the PoseHold and closes it once the real source publishes). Returns (ok, message,
+    hold or None).
+    """
+    ros.trigger('safety/estop', 'safety_supervisor')
+    resp = ros.set_bool('safety/select_sysid', source == 'sysid', 'safety_supervisor')
+    if not resp.success:
+        return False, resp.message, None
+    keeper = PoseHold(ros, source).start() if hold else None
+    ok, message = reset_until(ros)
+    if not ok and keeper is not None:
+        keeper.close()
+        keeper = None
+    return ok, message, keeper
+
+
+def run(ros, node, joints=None, timeout=900.0, progress=None):
+    """Run `node`'s experiments through safety_supervisor; return the result mapping."""
     from std_msgs.msg import String
     from simreal_ros.nodes.common import LATCHED_QOS
+    kind = node[:-len('_id')]
     results, updates = [], []
-    ns_join = __import__('simreal_ros.cli', fromlist=['_join'])._join
-    sub_r = ros.node.create_subscription(String, ns_join(ros.namespace,
-                                                         RESULT_TOPIC.format(node=node)),
+    if joints:
+        set_joints(ros, node, joints)
+    sub_r = ros.node.create_subscription(String, _join(ros, RESULT_TOPIC),
                                          lambda m: results.append((time.monotonic(), m.data)),
                                          LATCHED_QOS)
-    sub_p = ros.node.create_subscription(String, ns_join(ros.namespace,
-                                                         PROGRESS_TOPIC.format(node=node)),
+    sub_p = ros.node.create_subscription(String, _join(ros, PROGRESS_TOPIC.format(node=node)),
                                          lambda m: updates.append(m.data), 10)
+    keeper = None
     try:
-        if joints:
-            set_joints(ros, node, joints)
+        # The start service must exist before the supervisor is switched to sysid.
+        client_ok = ros.wait_service(f'{node}/start', node)
+        del client_ok
+        ok, message, keeper = select_source(ros, 'sysid', hold=True)
+        if not ok:
+            return {'ok': False, 'node': node, 'message': f'safety_supervisor: {message}'}
         t_start = time.monotonic()
         resp = ros.trigger(f'{node}/start', node, timeout=30.0)
+        keeper.close()
+        keeper = None
         if not resp.success:
             return {'ok': False, 'node': node, 'message': resp.message}
+        if progress:
+            progress(0.0, resp.message)
         deadline = t_start + timeout
         while time.monotonic() < deadline:
-            fresh = [data for t, data in results if t > t_start]
+            fresh = [_parse(d) for t, d in results if t > t_start]
+            fresh = [d for d in fresh if d.get('experiment') == kind]
             if fresh:
-                out = _parse(fresh[-1])
-                if isinstance(out, dict):
-                    out.setdefault('ok', True)
+                out = fresh[-1]
+                out['ok'] = not out.get('failures')
                 if progress:
                     progress(1.0, 'done')
                 return out
-            if progress and updates:
+            if updates:
                 info = _parse(updates[-1])
-                progress(info.get('fraction', 0.0), str(info.get('message', '')))
-            time.sleep(0.1)   # polling for a result, bounded by the deadline
-        raise _missing(f'{node}: no result on {RESULT_TOPIC.format(node=node)} within '
-                       f'{timeout:g} s')
+                if info.get('phase') == 'aborted':
+                    return {'ok': False, 'node': node,
+                            'message': f'aborted: {info.get("reason")}'}
+                if progress and info.get('percent') is not None:
+                    progress(info['percent'] / 100.0,
+                             f'{info.get("joint")} {info.get("phase")}, '
+                             f'{info.get("time_left_s")} s left')
+            time.sleep(0.1)   # polling for the result, bounded by the deadline
+        ros.trigger(f'{node}/abort', node)
+        raise _missing(f'{node}: no result on {RESULT_TOPIC} within {timeout:g} s (aborted)')
     finally:
+        if keeper is not None:
+            keeper.close()
         ros.node.destroy_subscription(sub_r)
         ros.node.destroy_subscription(sub_p)
 
 
 def set_joints(ros, node, joints):
-    """Set the `joints` parameter of a SysID node (refused when the node makes it read-only)."""
+    """Set the `joints` parameter of a SysID node; a refusal is reported with its reason."""
     from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
     from rcl_interfaces.srv import SetParameters
     value = ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY,
@@ -79,14 +188,27 @@ def set_joints(ros, node, joints):
     resp = ros.call(SetParameters, f'{node}/set_parameters', req, node)
     result = resp.results[0]
     if not result.successful:
-        raise _missing(f'{node} refused joints={list(joints)}: {result.reason}')
+        raise _missing(f'{node} refused joints={list(joints)}: {result.reason} (restart it '
+                       f'with `joints` set in the robot parameter file)')
+
+
+def format_result(result):
+    """Return printable lines for a SysID result mapping."""
+    lines = []
+    for r in result.get('results') or []:
+        lo, hi = r.get('interval', (float('nan'), float('nan')))
+        lines.append(f'  {r.get("joint"):<16} {r.get("parameter"):<18} {r.get("value"):.5g} '
+                     f'[{lo:.5g}, {hi:.5g}] {r.get("units", "")}')
+    for f in result.get('failures') or []:
+        lines.append(f'  {f.get("joint"):<16} FAILED: {f.get("reason")}: {f.get("detail")}')
+    if not lines:
+        lines.append('  ' + str(result.get('message', result)))
+    return lines
 
 
 def bridge_call(ros, verb, timeout=300.0):
     """Call `sim_bridge/<verb>` (Trigger) and return its answer as a dict."""
     resp = ros.trigger(f'sim_bridge/{verb}', 'sim_bridge', timeout=timeout)
     out = _parse(resp.message)
-    if not isinstance(out, dict):
-        out = {'result': out}
     out['ok'] = bool(resp.success)
     return out
