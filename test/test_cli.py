@@ -1,0 +1,102 @@
+"""The `simreal` operator CLI against real node processes (no ros2cli)."""
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from rosproc import wait_for
+
+pytestmark = pytest.mark.ros
+
+
+def simreal(*args, env=None, timeout=60):
+    """Run `python -m simreal_ros.cli ARGS`; return (exit code, stdout + stderr)."""
+    result = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=timeout,
+                            env=env or os.environ)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize('argv,node,service', [
+    (['estop'], 'safety_supervisor', '/safety/estop'),
+    (['reset'], 'safety_supervisor', '/safety/reset'),
+    (['stage', 'next'], 'safety_supervisor', '/safety/advance_stage'),
+    (['enable'], 'policy_runner', '/policy_runner/enable'),
+    (['gap'], 'sim_bridge', '/sim_bridge/gap'),
+    (['-n', 'left', 'disable'], 'policy_runner', '/left/policy_runner/enable'),
+])
+def test_a_missing_node_is_named_not_a_traceback(argv, node, service):
+    code, out = simreal(*argv)
+    assert code == 1, out
+    assert f'{node} is not running: service {service} not found' in out
+    assert 'ROS_DOMAIN_ID=' + os.environ['ROS_DOMAIN_ID'] in out
+    assert 'Traceback' not in out
+
+
+def test_status_and_sysid_without_a_graph():
+    code, out = simreal('status')
+    assert code == 1 and 'safety_supervisor is not running: nothing on /safety/state' in out
+    code, out = simreal('sysid', 'friction')
+    assert code == 1 and 'friction_id is not running: service /friction_id/start' in out
+    assert 'Traceback' not in out
+
+
+def test_bad_arguments_are_usage_errors():
+    code, out = simreal('sysid', 'stiffness')
+    assert code == 2 and "invalid choice: 'stiffness'" in out
+    code, out = simreal('up', '--robot', 'no_such_bot')
+    assert code == 2 and "unknown robot 'no_such_bot'" in out and 'Traceback' not in out
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f'/proc/{pid}/stat').read_text().split()[2] != 'Z'
+
+
+def test_up_estop_status_enable_and_ctrl_c(tmp_path):
+    """simreal up starts the graph; estop/status/enable reach it; Ctrl-C stops every node."""
+    sys.path.insert(0, str(REPO / 'scripts'))
+    import onnx_policies
+    policy = onnx_policies.arm3(str(tmp_path / 'arm3_policy.onnx'))
+    env = dict(os.environ, ROS_HOME=str(tmp_path / 'ros_home'), PYTHONUNBUFFERED='1')
+    log = open(tmp_path / 'up.log', 'w+')
+    up = subprocess.Popen([sys.executable, '-m', 'simreal_ros.cli', 'up', '--policy', policy],
+                          cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def output():
+        log.seek(0)
+        return log.read()
+    try:
+        wait_for(lambda: 'started policy_runner' in output(), 60, what='simreal up to start')
+        pids = [int(line.split('pid ')[1].rstrip(')')) for line in output().splitlines()
+                if line.startswith('started ')]
+        assert len(pids) == 3
+        wait_for(lambda: simreal('status', env=env)[0] == 0, 120, interval=1.0,
+                 what='status to reach safety_supervisor')
+        code, out = simreal('estop', env=env)
+        assert code == 0 and out.startswith('estop: ok'), out
+        code, out = simreal('status', env=env)
+        assert code == 0, out
+        assert 'e-stop      : LATCHED' in out and 'diagnostics : safety_supervisor' in out
+        code, out = simreal('enable', env=env)
+        assert code == 0 and 'enabled' in out, out
+        code, out = simreal('stage', 'next', env=env)
+        assert code == 1 and 'stage next: REFUSED' in out and 'e-stop' in out, out
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=40) == 0, output()
+        text = output()
+        assert 'Ctrl-C: stopping the graph' in text and 'stopped: ' in text
+        assert 'Traceback' not in text, text[-3000:]
+        wait_for(lambda: not any(_alive(p) for p in pids), 10, what='every node to exit')
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        log.close()
