@@ -11,6 +11,9 @@ NODES = [
     'sim_robot',
     'safety_supervisor',
     'policy_runner',
+    'friction_id',
+    'inertia_id',
+    'latency_id',
 ]
 
 

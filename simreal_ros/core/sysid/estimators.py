@@ -197,6 +197,12 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
             raise IdentificationError('joint did not move', f'{joint}: commanded {v:+.3f} rad/s, '
                                       f'measured {moved:+.4f} rad/s (blocked, at a limit or '
                                       'the command did not reach the robot)')
+    # Constant velocity by the clock and by the measurement (a late command or a bump leaves
+    # the joint off its speed for a moment: those samples are not steady state).
+    steady = steady & (np.abs(qd_i - speed) <= 0.25 * np.abs(speed))
+    if np.count_nonzero(steady) < 50:
+        raise IdentificationError('not enough excitation', f'{joint}: only '
+                                  f'{np.count_nonzero(steady)} samples at the commanded speeds')
     fs = 1.0 / float(np.median(np.diff(rec.t)))
     qf = lowpass(rec.position, fs, filter_hz)
     qdf = lowpass(rec.velocity, fs, filter_hz)

@@ -68,13 +68,13 @@ def write_mcap(path, rec, time_origin=0.0):
     return path
 
 
-def read_mcap(path):
-    """Read a file written by write_mcap back into a Recording (times as stored)."""
+def read_mcap(path, time_origin=0.0):
+    """Read a file written by write_mcap back into a Recording (times minus time_origin)."""
     from mcap_ros2.reader import read_ros2_messages
     cmd, state = [], []
     for m in read_ros2_messages(path):
         msg = m.ros_msg
-        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9 - time_origin
         row = (t, list(msg.name), list(msg.position), list(msg.velocity), list(msg.effort))
         (cmd if m.channel.topic == COMMAND_TOPIC else state).append(row)
     names = (state or cmd)[0][1]

@@ -107,10 +107,19 @@ class SysidSession:
         """Close the current joint's log; return a callable that estimates and stores results."""
         exp = self.experiment
         rec = self._recording(exp)
+        t0 = self.t0
         self.index += 1
         self.t0 = None
         self._reset_log()
-        return lambda: self._identify(exp, rec)
+        return lambda: self._identify_safely(exp, rec, t0)
+
+    def _identify_safely(self, exp, rec, t0):
+        try:
+            self._identify(exp, rec, t0)
+        except Exception as exc:  # noqa: BLE001 - reported as this joint's failure
+            with self._lock:
+                self.failures.append({'joint': exp.joint, 'reason': 'internal error',
+                                      'detail': f'{type(exc).__name__}: {exc}'})
 
     def _recording(self, exp):
         cmd_t = np.array([c[0] for c in self.cmd_log])
@@ -124,7 +133,7 @@ class SysidSession:
                          np.array([x[2] for x in s])[order], np.array([x[3] for x in s])[order],
                          cmd_t, exp.position[rows], exp.velocity[rows], exp.effort[rows])
 
-    def _identify(self, exp, rec):
+    def _identify(self, exp, rec, t0=0.0):
         joint = exp.joint
         if rec is None:
             with self._lock:
@@ -132,7 +141,7 @@ class SysidSession:
                                       'detail': 'no joint_states were recorded'})
             return
         data_file = os.path.join(self.results_dir, f'{self.base}_{joint}.mcap')
-        write_mcap(data_file, rec)
+        write_mcap(data_file, rec, time_origin=t0 or 0.0)
         lim = self.settings.torque_limit[exp.index]
         try:
             if self.kind == 'friction':

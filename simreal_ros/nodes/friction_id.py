@@ -1,0 +1,26 @@
+"""friction_id: friction identification of the robot's joints through safety_supervisor.
+
+    ros2 run simreal_ros friction_id --ros-args --params-file config/robots/arm3.yaml
+    ros2 service call /friction_id/start std_srvs/srv/Trigger
+    ros2 service call /friction_id/abort std_srvs/srv/Trigger
+    ros2 topic echo /friction_id/progress
+    ros2 topic echo /sysid/result --qos-durability transient_local
+
+Before start: safety_supervisor forwards the sysid source (estop, select_sysid true, reset).
+See simreal_ros.nodes.sysid_common for the run, simreal_ros.core.sysid for the method.
+"""
+from simreal_ros.nodes.common import run
+from simreal_ros.nodes.sysid_common import SysidNode
+
+
+class FrictionId(SysidNode):
+    KIND = 'friction'
+    NODE_NAME = 'friction_id'
+
+
+def main(args=None):
+    return run(FrictionId, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,376 @@
+"""What friction_id, inertia_id and latency_id share: parameters, services, the command loop.
+
+The maths (experiment design, estimators, MCAP and result files) is in
+`simreal_ros.core.sysid`; this adapter only moves messages. A run: `~/start` (std_srvs/Trigger)
+checks that joint_states are fresh and, unless `require_supervisor` is false, that
+safety_supervisor forwards the sysid source without an e-stop; it then sends one JointState per
+timer tick on `command_topic` (sysid/command, the supervisor's SysID input) for each joint in
+`joints` in turn, the others held at `hold_position`. `~/abort`, an e-stop, the supervisor
+leaving sysid mode or stale joint_states stop it at once: the node stops commanding (the
+supervisor's safe mode takes over) and publishes no result. When every joint is done the
+result (YAML text) is published latched on `sysid/result`, written to `results_dir` beside the
+raw signals (MCAP), and pushed to sim_bridge's parameters when that node runs.
+"""
+import json
+import math
+import os
+import threading
+
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from simreal_ros.core.config import ConfigError, resolve_path
+from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
+from simreal_ros.core.sysid.records import result_text
+from simreal_ros.core.sysid.session import SysidSession, scaled_settings
+from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare
+
+# sysid parameter name -> sim_bridge parameter name (simreal_ros.core.bridge.params)
+BRIDGE_NAME = {'viscous_damping': 'damping', 'coulomb_friction': 'frictionloss',
+               'armature': 'armature', 'latency': 'latency_s'}
+
+COMMON_ARRAYS = {
+    'joint_names': (Parameter.Type.STRING_ARRAY, 'robot joints (as in joint_states)'),
+    'joints': (Parameter.Type.STRING_ARRAY, 'joints identified by ~/start, in this order; '
+               'empty = all joint_names'),
+    'kp': (Parameter.Type.DOUBLE_ARRAY, "the driver's position gain per joint (N*m/rad)"),
+    'kd': (Parameter.Type.DOUBLE_ARRAY, "the driver's velocity gain per joint (N*m*s/rad)"),
+    'hold_position': (Parameter.Type.DOUBLE_ARRAY, 'pose the other joints are held at, and the '
+                      'centre of the tested joint (rad)'),
+    'position_lower': (Parameter.Type.DOUBLE_ARRAY, 'lowest position target (rad): the '
+                       "supervisor's SysID soft limit"),
+    'position_upper': (Parameter.Type.DOUBLE_ARRAY, 'highest position target (rad)'),
+    'velocity_limit': (Parameter.Type.DOUBLE_ARRAY, 'velocity and target-rate limit at stage '
+                       '1.00 (rad/s), <= the supervisor SysID limits; scaled by its stage'),
+    'torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'limit on the torque a command implies at '
+                     'stage 1.00 (N*m); scaled by the supervisor stage'),
+    'acceleration_limit': (Parameter.Type.DOUBLE_ARRAY, 'target acceleration limit (rad/s^2)'),
+}
+KIND_ARRAYS = {
+    'friction': {'friction_speeds': 'sweep speeds (rad/s), each in both directions'},
+    'inertia': {'inertia_band_hz': 'multi-sine band [low, high] (Hz)'},
+    'latency': {'latency_band_hz': 'multi-sine band [low, high] (Hz)'},
+}
+KIND_SCALARS = {
+    'friction': {},
+    'inertia': {'inertia_duration_s': (10.0, 'multi-sine duration per joint (s)', 1.0, 120.0)},
+    'latency': {'latency_duration_s': (4.0, 'multi-sine duration per joint (s)', 1.0, 60.0),
+                'max_latency_s': (0.06, 'largest delay searched (s)', 0.005, 0.5)},
+}
+
+
+class SysidNode(Node):
+    """Base of the three SysID nodes; subclasses set KIND and NODE_NAME."""
+
+    KIND = None
+    NODE_NAME = None
+
+    def __init__(self):
+        super().__init__(self.NODE_NAME)
+        p = self._declare_parameters()
+        self.p = p
+        self.robot = p['robot_name'] or 'robot'
+        names = p['joint_names']
+        if not names:
+            raise ConfigError(f'{self.NODE_NAME}.joint_names is empty (set it in /** of the '
+                              'robot parameter file)')
+        model = resolve_path(p['model_path'], f'{self.NODE_NAME}.model_path')
+        self.nominal = NominalModel(model, names)
+        params = {k: v for k, v in p.items() if v is not None and v != []}
+        self.settings = SysidSettings.from_params(params, names, p['kp'], p['kd'],
+                                                  source=self.NODE_NAME)
+        self.joints = p['joints'] or list(names)
+        unknown = [j for j in self.joints if j not in names]
+        if unknown:
+            raise ConfigError(f'{self.NODE_NAME}.joints: {unknown} not in joint_names {names}')
+        self.index = {n: i for i, n in enumerate(names)}
+        self.session = None
+        self.workers = []
+        self.latest = None            # (arrival ROS time, q, qd, tau)
+        self.supervisor = None        # last safety/state mapping
+        self.status = 'idle'
+        self.last_result = None
+        self._last_progress = -math.inf
+        self._lock = threading.Lock()
+
+        control = MutuallyExclusiveCallbackGroup()
+        sensors = MutuallyExclusiveCallbackGroup()
+        services = MutuallyExclusiveCallbackGroup()
+        self.pub_cmd = self.create_publisher(JointState, p['command_topic'], COMMAND_QOS)
+        self.pub_result = self.create_publisher(String, 'sysid/result', LATCHED_QOS)
+        self.pub_progress = self.create_publisher(String, '~/progress', 10)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_states,
+                                 SENSOR_SUB_QOS, callback_group=sensors)
+        self.create_subscription(String, p['supervisor_state_topic'], self._on_supervisor,
+                                 LATCHED_QOS, callback_group=sensors)
+        self.create_service(Trigger, '~/start', self._srv_start, callback_group=services)
+        self.create_service(Trigger, '~/abort', self._srv_abort, callback_group=services)
+        self.create_timer(1.0 / self.settings.command_rate_hz, self._tick,
+                          callback_group=control)
+        self.bridge = None
+        self.get_logger().info(
+            f'{self.KIND} identification ready for {self.joints}; commands on '
+            f'{self.pub_cmd.topic_name}; start with: ros2 service call '
+            f'{self.get_fully_qualified_name()}/start std_srvs/srv/Trigger')
+
+    # -- parameters ------------------------------------------------------------------------
+    def _array(self, name, ptype, description):
+        desc = ParameterDescriptor(description=description, read_only=True)
+        value = self.declare_parameter(name, ptype, desc).value
+        return list(value) if value is not None else []
+
+    def _declare_parameters(self):
+        p = {}
+        for name, (ptype, desc) in COMMON_ARRAYS.items():
+            p[name] = self._array(name, ptype, desc)
+        for name, desc in KIND_ARRAYS[self.KIND].items():
+            p[name] = self._array(name, Parameter.Type.DOUBLE_ARRAY, desc)
+        for name, (default, desc, lo, hi) in KIND_SCALARS[self.KIND].items():
+            p[name] = declare(self, name, default, desc, low=lo, high=hi, read_only=True)
+        p['robot_name'] = declare(self, 'robot_name', 'robot', 'robot name in result files',
+                                  read_only=True)
+        p['model_path'] = declare(self, 'model_path', '', 'nominal MJCF of the robot (links): '
+                                  'absolute, relative or package://simreal_ros/...',
+                                  read_only=True)
+        p['command_topic'] = declare(self, 'command_topic', 'sysid/command', "where commands go: "
+                                     "the supervisor's SysID input (hardware/command only for "
+                                     'tests without a supervisor)', read_only=True)
+        p['supervisor_state_topic'] = declare(self, 'supervisor_state_topic', 'safety/state',
+                                              'safety_supervisor state (latched JSON)',
+                                              read_only=True)
+        p['require_supervisor'] = declare(self, 'require_supervisor', True, 'refuse to start '
+                                          'unless safety_supervisor forwards sysid without '
+                                          'e-stop; stop when that changes', read_only=True)
+        p['results_dir'] = declare(self, 'results_dir', '~/.ros/simreal_ros/sysid', 'folder for '
+                                   'result YAML and raw MCAP files', read_only=True)
+        p['range_margin'] = declare(self, 'range_margin', 0.15, 'distance kept from each end '
+                                    'of the joint range (rad)', low=0.0, high=1.0,
+                                    read_only=True)
+        p['command_rate_hz'] = declare(self, 'command_rate_hz', 240.0, 'command rate (Hz)',
+                                       low=20.0, high=1000.0, read_only=True)
+        p['settle_s'] = declare(self, 'settle_s', 0.3, 'hold before and after excitations (s)',
+                                low=0.0, high=5.0, read_only=True)
+        p['sweep_half_range'] = declare(self, 'sweep_half_range', 0.6, 'largest excursion each '
+                                        'side of hold_position (rad)', low=0.01, high=3.0,
+                                        read_only=True)
+        p['joint_states_timeout_s'] = declare(self, 'joint_states_timeout_s', 0.2, 'stop when '
+                                              'joint_states are older (s)', low=0.01,
+                                              high=5.0, read_only=True)
+        p['simulation_dt'] = declare(self, 'simulation_dt', 0.001, 'step of the joint '
+                                     'simulation the latency estimate aligns with (s)',
+                                     low=1e-4, high=0.01, read_only=True)
+        p['sim_bridge_node'] = declare(self, 'sim_bridge_node', 'sim_bridge', 'node whose '
+                                       'parameters receive identified values (best effort)',
+                                       read_only=True)
+        return p
+
+    # -- inputs ----------------------------------------------------------------------------
+    def _on_joint_states(self, msg):
+        n = len(self.index)
+        if len(msg.position) != len(msg.name) or len(msg.velocity) != len(msg.name):
+            return
+        q = [math.nan] * n
+        qd = [math.nan] * n
+        tau = [0.0] * n
+        for k, name in enumerate(msg.name):
+            i = self.index.get(name)
+            if i is not None:
+                q[i] = msg.position[k]
+                qd[i] = msg.velocity[k]
+                if k < len(msg.effort):
+                    tau[i] = msg.effort[k]
+        if any(math.isnan(v) for v in q):
+            return
+        now = self.get_clock().now().nanoseconds * 1e-9
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        self.latest = (now, q, qd, tau)
+        session = self.session
+        if session is not None:
+            session.add_sample(stamp if stamp > 0 else now, q, qd, tau)
+
+    def _on_supervisor(self, msg):
+        try:
+            self.supervisor = json.loads(msg.data)
+        except ValueError:
+            self.get_logger().warn(f'unreadable {self.p["supervisor_state_topic"]} message')
+
+    def _supervisor_problem(self):
+        if not self.p['require_supervisor']:
+            return None
+        s = self.supervisor
+        if s is None:
+            return (f'no safety_supervisor state on {self.p["supervisor_state_topic"]}: start '
+                    'safety_supervisor (or set require_supervisor:=false for a bench test)')
+        if s.get('estop'):
+            return f'safety_supervisor e-stop is latched ({s.get("estop_cause")})'
+        if s.get('mode') != 'sysid':
+            return ('safety_supervisor forwards the policy, not sysid: ros2 service call '
+                    '/safety/estop, /safety/select_sysid "{data: true}", /safety/reset')
+        return None
+
+    # -- services --------------------------------------------------------------------------
+    def _srv_start(self, request, response):
+        with self._lock:
+            response.success, response.message = self._start()
+        (self.get_logger().info if response.success
+         else self.get_logger().warn)(f'start: {response.message}')
+        return response
+
+    def _start(self):
+        if self.session is not None:
+            return False, f'already running ({self.status}); call ~/abort first'
+        now = self._now()
+        if self.latest is None or now - self.latest[0] > self.p['joint_states_timeout_s']:
+            return False, 'no fresh joint_states: is the robot (or sim_robot) running?'
+        problem = self._supervisor_problem()
+        if problem:
+            return False, problem
+        scale = 1.0
+        if self.supervisor is not None:
+            scale = float(self.supervisor.get('stage', {}).get('stage', 1.0))
+        settings = scaled_settings(self.settings, scale)
+        try:
+            session = SysidSession(self.KIND, settings, self.nominal, self.robot, self.joints,
+                                   self.latest[1], self.p['results_dir'],
+                                   self.p['simulation_dt'])
+        except (ConfigError, ValueError) as exc:
+            return False, f'cannot design the experiment: {exc}'
+        for exp in session.experiments:
+            bad = check_limits(exp, settings, self.nominal)
+            if bad:
+                return False, f'{exp.joint}: design outside the limits: {bad}'
+        self.workers = []
+        self.session = session
+        self.status = 'running'
+        return True, (f'{self.KIND} identification of {self.joints} started: '
+                      f'{session.total:.0f} s of robot time at stage scale {scale:.2f}')
+
+    def _srv_abort(self, request, response):
+        with self._lock:
+            running = self.session is not None
+            self._stop('aborted by ~/abort')
+        response.success = True
+        response.message = ('aborted: no result published' if running else 'nothing to abort')
+        return response
+
+    def _stop(self, why):
+        if self.session is None:
+            return
+        self.session = None
+        self.workers = []
+        self.status = 'idle'
+        self.get_logger().warn(f'{self.KIND} identification stopped: {why}; no result published')
+        self._publish_progress({'experiment': self.KIND, 'phase': 'aborted', 'reason': why,
+                                'percent': None, 'time_left_s': None})
+
+    # -- control loop ----------------------------------------------------------------------
+    def _now(self):
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _tick(self):
+        with self._lock:
+            session = self.session
+            if session is None:
+                return
+            now = self._now()
+            if self.latest is None or now - self.latest[0] > self.p['joint_states_timeout_s']:
+                self._stop('joint_states stale')
+                return
+            problem = self._supervisor_problem()
+            if problem:
+                self._stop(problem)
+                return
+            names, pos, vel, eff = session.command(now)
+            msg = JointState()
+            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.name = list(names)
+            msg.position = [float(v) for v in pos]
+            msg.velocity = [float(v) for v in vel]
+            msg.effort = [float(v) for v in eff]
+            self.pub_cmd.publish(msg)
+            if session.joint_over(now):
+                work = session.finish_joint()
+                worker = threading.Thread(target=work, daemon=True)
+                worker.start()
+                self.workers.append(worker)
+            if now - self._last_progress >= 0.5:
+                self._last_progress = now
+                info = session.progress(now)
+                self._publish_progress(info)
+            if session.commanding_done and not any(w.is_alive() for w in self.workers):
+                self._finish(session)
+
+    def _publish_progress(self, info):
+        self.pub_progress.publish(String(data=json.dumps(info)))
+        if info.get('joint') is not None:
+            self.get_logger().info(
+                f'{info["experiment"]} {info["joint"]}: {info["phase"]}, '
+                f'{info["percent"]:.0f} % done, {info["time_left_s"]:.0f} s left',
+                throttle_duration_sec=2.0)
+
+    def _finish(self, session):
+        self.session = None
+        self.status = 'idle'
+        text = result_text(self.robot, self.KIND, session.results, session.failures)
+        path = os.path.join(session.results_dir, session.base + '.yaml')
+        os.makedirs(session.results_dir, exist_ok=True)
+        with open(path, 'w') as f:
+            f.write(text)
+        self.pub_result.publish(String(data=text))
+        self.last_result = text
+        for doc in session.results:
+            lo, hi = doc['interval']
+            self.get_logger().info(f'{doc["joint"]} {doc["parameter"]} = {doc["value"]:.6g} '
+                                   f'[{lo:.6g}, {hi:.6g}] {doc["units"]}')
+        for fail in session.failures:
+            self.get_logger().error(f'{fail["joint"]}: {fail["reason"]}: {fail["detail"]}')
+        self.get_logger().info(f'results in {path}')
+        self._publish_progress({'experiment': self.KIND, 'phase': 'done', 'percent': 100.0,
+                                'time_left_s': 0.0, 'result_file': path,
+                                'results': len(session.results),
+                                'failures': len(session.failures)})
+        self._push_to_bridge(session.results, path)
+
+    # -- sim_bridge ------------------------------------------------------------------------
+    def _push_to_bridge(self, results, path):
+        """Best effort: write identified values into sim_bridge's parameters when it runs."""
+        from rclpy.parameter_client import AsyncParameterClient
+        name = self.p['sim_bridge_node']
+        if self.bridge is None:
+            self.bridge = AsyncParameterClient(self, name)
+        if not self.bridge.services_are_ready():
+            self.get_logger().info(f'{name} is not running: identified values not pushed (they '
+                                   f'are in {path})')
+            return
+        keys = sorted({BRIDGE_NAME[d['parameter']] for d in results
+                       if d['parameter'] in BRIDGE_NAME})
+        if not keys:
+            return
+        future = self.bridge.get_parameters(['joint_names'] + keys)
+        future.add_done_callback(lambda f: self._bridge_set(f, keys, results, name))
+
+    def _bridge_set(self, future, keys, results, name):
+        try:
+            values = future.result().values
+            bridge_names = list(values[0].string_array_value)
+            current = {k: v for k, v in zip(keys, values[1:])}
+            out = []
+            for key in keys:
+                if key == 'latency_s':
+                    lat = [d['value'] for d in results if d['parameter'] == 'latency']
+                    out.append(Parameter(key, value=float(sum(lat) / len(lat))))
+                    continue
+                arr = list(current[key].double_array_value)
+                for d in results:
+                    if BRIDGE_NAME.get(d['parameter']) == key and d['joint'] in bridge_names:
+                        arr[bridge_names.index(d['joint'])] = float(d['value'])
+                out.append(Parameter(key, value=arr))
+            self.bridge.set_parameters(out)
+            self.get_logger().info(f'pushed {keys} to {name}')
+        except Exception as exc:  # noqa: BLE001 - best effort; the files hold the results
+            self.get_logger().warn(f'could not push results to {name}: {exc}')
