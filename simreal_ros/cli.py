@@ -9,6 +9,7 @@
     simreal sysid friction|inertia|latency|all [--joints a b]
     simreal gap
     simreal export
+    simreal monitor [--robot arm3]     # rviz markers on monitor/markers
     simreal demo
 
 Every verb talks to the running graph over the same services and topics a `ros2 service call`
@@ -269,6 +270,17 @@ def cmd_gap(args, ros):
     return 0
 
 
+def cmd_monitor(args, ros):
+    from simreal_ros import monitor
+    print(f'publishing {_join(ros.namespace, "monitor/markers")} (visualization_msgs/'
+          'MarkerArray); view with rviz2 -d config/monitor.rviz; Ctrl-C stops', flush=True)
+    try:
+        monitor.run(ros, args.robot, duration=args.duration)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_export(args, ros):
     from simreal_ros import sysid_client
     result = sysid_client.bridge_call(ros, 'export')
@@ -427,6 +439,9 @@ def build_parser():
     p = sub.add_parser('sysid', help='run SysID experiments and print the results')
     p.add_argument('kind', choices=SYSID_KINDS + ('all',))
     p.add_argument('--joints', nargs='+', default=None, help='joints to identify')
+    p = sub.add_parser('monitor', help='publish rviz markers: stage, e-stop, limit usage')
+    p.add_argument('--robot', default='arm3', help='robot config (for the limits)')
+    p.add_argument('--duration', type=float, default=None, help='stop after this many s')
     sub.add_parser('gap', help='reality gap, nominal vs identified (sim_bridge)')
     sub.add_parser('export', help='export the identified model (sim_bridge)')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
@@ -439,7 +454,7 @@ def build_parser():
 
 VERBS = {'status': cmd_status, 'estop': cmd_estop, 'reset': cmd_reset, 'stage': cmd_stage,
          'enable': cmd_enable, 'disable': cmd_disable, 'sysid': cmd_sysid, 'gap': cmd_gap,
-         'export': cmd_export}
+         'export': cmd_export, 'monitor': cmd_monitor}
 
 
 def main(argv=None):

@@ -1,0 +1,137 @@
+"""`simreal monitor`: rviz markers for the operator (stage, e-stop, per-joint limit usage).
+
+    simreal monitor --robot arm3            # publishes monitor/markers at 5 Hz
+    rviz2 -d config/monitor.rviz
+
+Reads `safety/state` (latched JSON) and `joint_states`, and the supervisor's limits from the
+robot parameter file; publishes a visualization_msgs/MarkerArray on `monitor/markers`: one text
+line with stage and e-stop state, and one bar per joint whose length is the largest fraction
+of a limit in use (position within the soft range, velocity and torque against the stage's
+scaled limits). `limit_usage` is the arithmetic, without ROS.
+"""
+import json
+import threading
+import time
+
+import numpy as np
+
+
+def limit_usage(params, stage, names, position, velocity, effort):
+    """Return {joint: {'position', 'velocity', 'torque'}} fractions of each limit in use.
+
+    params: the safety_supervisor parameters (position_lower/upper, velocity_limit,
+    torque_limit, joint_names); stage: the current stage scale (velocity and torque limits
+    are scaled by it). Position usage is 0 at the middle of the soft range, 1 at either end.
+    """
+    order = list(params['joint_names'])
+    lo = np.asarray(params['position_lower'], float)
+    hi = np.asarray(params['position_upper'], float)
+    vmax = np.asarray(params['velocity_limit'], float) * float(stage)
+    tmax = np.asarray(params['torque_limit'], float) * float(stage)
+    mid, half = (hi + lo) / 2.0, np.maximum((hi - lo) / 2.0, 1e-9)
+    out = {}
+    for k, name in enumerate(names):
+        if name not in order:
+            continue
+        i = order.index(name)
+        entry = {'position': abs(position[k] - mid[i]) / half[i]}
+        if k < len(velocity):
+            entry['velocity'] = abs(velocity[k]) / max(vmax[i], 1e-9)
+        if k < len(effort):
+            entry['torque'] = abs(effort[k]) / max(tmax[i], 1e-9)
+        out[name] = {key: round(float(v), 3) for key, v in entry.items()}
+    return out
+
+
+def _color(marker, fraction):
+    marker.color.a = 1.0
+    if fraction < 0.7:
+        marker.color.r, marker.color.g, marker.color.b = 0.1, 0.8, 0.2
+    elif fraction < 0.95:
+        marker.color.r, marker.color.g, marker.color.b = 0.95, 0.7, 0.1
+    else:
+        marker.color.r, marker.color.g, marker.color.b = 0.9, 0.1, 0.1
+
+
+def markers(state, usage, frame='world', stamp=None):
+    """Return a MarkerArray: a status text and one bar + label per joint."""
+    from visualization_msgs.msg import Marker, MarkerArray
+    out = MarkerArray()
+    text = Marker(ns='simreal', id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD)
+    text.header.frame_id = frame
+    if stamp is not None:
+        text.header.stamp = stamp
+    text.pose.position.z = 1.2
+    text.pose.orientation.w = 1.0
+    text.scale.z = 0.08
+    if state is None:
+        text.text = 'safety_supervisor: no state'
+        _color(text, 1.0)
+    else:
+        stage = state.get('stage', {})
+        estop = f'E-STOP: {state.get("estop_cause")}' if state.get('estop') else 'e-stop clear'
+        text.text = (f'stage {stage.get("stage")} (highest {stage.get("highest")}) | {estop} | '
+                     f'{state.get("output")} {state.get("mode")}')
+        _color(text, 1.0 if state.get('estop') else 0.0)
+    out.markers.append(text)
+    for j, (name, use) in enumerate(sorted(usage.items())):
+        worst = max(use.values()) if use else 0.0
+        bar = Marker(ns='simreal_limits', id=j, type=Marker.CUBE, action=Marker.ADD)
+        bar.header = text.header
+        bar.scale.x = max(min(worst, 1.5), 0.01) * 0.5
+        bar.scale.y = bar.scale.z = 0.04
+        bar.pose.position.x = bar.scale.x / 2.0
+        bar.pose.position.z = 1.0 - 0.08 * j
+        bar.pose.orientation.w = 1.0
+        _color(bar, worst)
+        label = Marker(ns='simreal_labels', id=j, type=Marker.TEXT_VIEW_FACING,
+                       action=Marker.ADD)
+        label.header = text.header
+        label.pose.position.x = -0.35
+        label.pose.position.z = bar.pose.position.z
+        label.pose.orientation.w = 1.0
+        label.scale.z = 0.04
+        label.text = f'{name}: ' + ' '.join(f'{k[:3]} {v * 100:.0f}%' for k, v in use.items())
+        _color(label, worst)
+        out.markers += [bar, label]
+    return out
+
+
+def run(ros, robot, rate_hz=5.0, duration=None):
+    """Publish monitor/markers until Ctrl-C (or `duration` s); return the messages sent."""
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import String
+    from visualization_msgs.msg import MarkerArray
+    from simreal_ros.core.config import load_node_params, robot_config_path
+    from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS
+    from simreal_ros.cli import _join
+    params = load_node_params(robot_config_path(robot), 'safety_supervisor')
+    latest = {'state': None, 'joints': None}
+    lock = threading.Lock()
+
+    def on_state(msg):
+        with lock:
+            latest['state'] = json.loads(msg.data)
+
+    def on_joints(msg):
+        with lock:
+            latest['joints'] = msg
+    ros.node.create_subscription(String, _join(ros.namespace, 'safety/state'), on_state,
+                                 LATCHED_QOS)
+    ros.node.create_subscription(JointState, _join(ros.namespace, 'joint_states'), on_joints,
+                                 SENSOR_SUB_QOS)
+    pub = ros.node.create_publisher(MarkerArray, _join(ros.namespace, 'monitor/markers'), 10)
+    sent = 0
+    end = None if duration is None else time.monotonic() + duration
+    while end is None or time.monotonic() < end:
+        with lock:
+            state, joints = latest['state'], latest['joints']
+        usage = {}
+        if joints is not None and state is not None:
+            usage = limit_usage(params, state['stage']['stage'], list(joints.name),
+                                list(joints.position), list(joints.velocity),
+                                list(joints.effort))
+        pub.publish(markers(state, usage, stamp=ros.node.get_clock().now().to_msg()))
+        sent += 1
+        time.sleep(1.0 / rate_hz)   # a display refresh, not synchronisation
+    return sent

@@ -1,0 +1,54 @@
+"""`simreal monitor`'s arithmetic and markers (no ROS graph needed)."""
+import pytest
+
+from conftest import REPO
+from simreal_ros.core.config import load_node_params
+from simreal_ros.monitor import limit_usage, markers
+
+PARAMS = load_node_params(REPO / 'config' / 'robots' / 'arm3.yaml', 'safety_supervisor')
+
+
+def test_limit_usage_is_the_fraction_of_each_scaled_limit():
+    names = list(PARAMS['joint_names'])
+    lo, hi = PARAMS['position_lower'][0], PARAMS['position_upper'][0]
+    vmax, tmax = PARAMS['velocity_limit'][0], PARAMS['torque_limit'][0]
+    stage = 0.5
+    q = (lo + hi) / 2 + 0.25 * (hi - lo) / 2
+    use = limit_usage(PARAMS, stage, names[:1], [q], [0.4 * vmax * stage],
+                      [-0.9 * tmax * stage])
+    assert use[names[0]] == pytest.approx({'position': 0.25, 'velocity': 0.4, 'torque': 0.9},
+                                          abs=1e-3)
+    # Joints the supervisor does not know are left out, not guessed.
+    assert limit_usage(PARAMS, 1.0, ['wheel'], [0.0], [0.0], [0.0]) == {}
+
+
+def test_markers_say_stage_and_estop_and_colour_the_worst_limit():
+    names = list(PARAMS['joint_names'])
+    use = limit_usage(PARAMS, 1.0, names, [0.0] * 3, [0.0] * 3,
+                      [0.0, 0.0, PARAMS['torque_limit'][2]])
+    state = {'stage': {'stage': 1.0, 'highest': 1.0}, 'estop': True,
+             'estop_cause': 'operator: safety/estop service', 'output': 'safe', 'mode': 'policy'}
+    arr = markers(state, use)
+    assert 'E-STOP: operator' in arr.markers[0].text and 'stage 1.0' in arr.markers[0].text
+    bars = [m for m in arr.markers if m.ns == 'simreal_limits']
+    assert len(bars) == 3
+    elbow = bars[sorted(use).index(names[2])]
+    assert elbow.color.r > 0.8 and elbow.color.g < 0.2   # torque at 100 %: red
+    assert markers(None, {}).markers[0].text == 'safety_supervisor: no state'
+
+
+def test_rviz_and_rqt_files_point_at_the_topics_the_package_publishes():
+    import json
+
+    import yaml
+    rviz = yaml.safe_load((REPO / 'config' / 'monitor.rviz').read_text())
+    displays = {d['Class']: d for d in rviz['Visualization Manager']['Displays']}
+    assert displays['rviz_default_plugins/MarkerArray']['Topic']['Value'] == '/monitor/markers'
+    perspective = json.loads((REPO / 'config' / 'simreal.perspective').read_text())
+    plugins = perspective['groups']['pluginmanager']['keys']['running-plugins']['repr']
+    for plugin in ('rqt_robot_monitor', 'rqt_plot', 'rqt_service_caller'):
+        assert plugin in plugins
+    text = (REPO / 'config' / 'simreal.perspective').read_text()
+    for topic in ('/policy/command/position', '/hardware/command/position',
+                  '/joint_states/position', '/joint_states/effort'):
+        assert topic in text
