@@ -254,6 +254,22 @@ def test_nothing_is_published_before_joint_states():
     assert r.sup.tick(r.t + 0.002) is not None
 
 
+def test_supervision_starts_only_with_a_fresh_joint_state():
+    r = Rig()
+    r.cmd()
+    ok, why = r.sup.on_joint_state(NAMES, (0.0, 0.0), (0.0, 0.0), r.t - 0.2, r.t)
+    assert not ok and 'start-up' in why
+    assert r.sup.tick(r.t) is None and not r.sup.latched
+    assert r.state()[0] and r.sup.tick(r.t) is not None
+
+
+def test_forwarded_output_keeps_the_command_stamp():
+    r = Rig()
+    r.state()
+    r.sup.on_command('policy', NAMES, (0.0, 0.0), (), (), r.t - 0.01, r.t)
+    assert r.sup.tick(r.t).stamp == pytest.approx(r.t - 0.01)
+
+
 def test_forwarding_and_clip_counting_per_joint_and_kind():
     r = Rig()
     out = r.step(pos=(0.0, 0.0))
@@ -323,6 +339,9 @@ def test_tilt_trip_and_stale_imu():
     r.sup.on_imu((math.cos(half), math.sin(half), 0.0, 0.0), r.t, r.t)
     assert is_damping(r.step()) and 'tilt' in r.sup.cause
     assert tilt_of((math.cos(half), 0.0, math.sin(half), 0.0)) == pytest.approx(0.6)
+    r3 = Rig(use_imu=True, max_tilt_rad=0.5)
+    assert r3.step() is None and not r3.sup.latched  # no imu yet: waiting, not tripping
+    assert 'imu' in r3.sup.status(r3.t)['safe_reason']
     r2 = Rig(use_imu=True, max_tilt_rad=0.5, imu_timeout_s=0.05)
     r2.sup.on_imu((1.0, 0.0, 0.0, 0.0), r2.t, r2.t)
     r2.step(dt=0.06)

@@ -28,11 +28,11 @@ import json
 import threading
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.time import Time
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
@@ -88,6 +88,10 @@ class SafetySupervisor(Node):
         cfg = SupervisorConfig.from_params(p, source=self.NODE_NAME)
         self.core = Supervisor(cfg, self._now())
         self.forward_on_input = p['forward_on_input']
+        self.forward_on_tick = p['forward_on_tick']
+        if not (self.forward_on_input or self.forward_on_tick):
+            raise ConfigError('forward_on_input and forward_on_tick are both false: nothing '
+                              'would ever be forwarded; set at least one')
         self.array_order = list(p['array_joint_order'] or cfg.limits.names)
         unknown = [n for n in self.array_order if n not in cfg.limits.names]
         if unknown:
@@ -181,6 +185,11 @@ class SafetySupervisor(Node):
         p['forward_on_input'] = declare(self, 'forward_on_input', True, 'also filter and '
                                         'forward each command as it arrives (not only on ticks)',
                                         read_only=True)
+        p['forward_on_tick'] = declare(self, 'forward_on_tick', True, 'republish the latest '
+                                       'command, filtered with the newest state, every tick; '
+                                       'false = forward only on input (safe outputs still go '
+                                       'out every tick), e.g. for a lockstep simulation',
+                                       read_only=True)
         p['array_topic'] = declare(self, 'array_topic', '', 'Float64MultiArray output topic for '
                                    "ros2_control forward controllers; '' = off", read_only=True)
         p['array_field'] = declare(self, 'array_field', 'position', 'field the array carries: '
@@ -237,7 +246,9 @@ class SafetySupervisor(Node):
     def _tick(self):
         now = self._now()
         with self._lock:
-            self._send(self.core.tick(now), now)
+            out = self.core.tick(now)
+            if out is not None and (out.safe or self.forward_on_tick):
+                self._send(out, now)
         self._log_events()
 
     def _send(self, out, now):
@@ -251,7 +262,9 @@ class SafetySupervisor(Node):
         if out is None:
             return
         msg = JointState()
-        msg.header.stamp = rclpy.time.Time(seconds=now).to_msg()
+        # Forwarded commands keep the source's stamp (the state they were computed from).
+        stamp = out.stamp if out.stamp is not None and out.stamp > 0 else now
+        msg.header.stamp = Time(nanoseconds=int(round(stamp * 1e9))).to_msg()
         msg.name = list(out.names)
         for key in ('position', 'velocity', 'effort'):
             value = getattr(out, key)

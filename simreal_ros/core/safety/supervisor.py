@@ -7,7 +7,7 @@ node, so sim time works).
 
 Rules, in the order a tick applies them:
 
-1. no `joint_states` yet -> no output at all (`waiting`); an e-stop still latches.
+1. no fresh `joint_states` yet -> no output at all (`waiting`); an e-stop still latches.
 2. automatic e-stop trips (latched): `joint_states` stale (header stamp or arrival older than
    its timeout), `imu` stale or base tilt beyond `max_tilt_rad` (floating base), a joint faster
    than its `trip_velocity`, `reject_trip_count` rejected commands in a row from the selected
@@ -45,6 +45,7 @@ class Output:
     effort: np.ndarray = None
     safe: bool = False
     reason: str = 'forwarding'
+    stamp: float = None  # forwarded: the command's header stamp (the state it was made from)
 
 
 class Watchdog:
@@ -245,11 +246,18 @@ class Supervisor:
             q, dq = position[idx], velocity[idx]
             if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
                 reason = 'joint_states has non-finite values'
+        dog = self.dogs['joint_states']
+        if reason is None and self.q is None and dog.check_stamp and (
+                stamp == 0.0 or abs(now - stamp) > dog.timeout):
+            # Supervision starts with a fresh reading; an old one delivered at start-up (DDS
+            # matching, a slow first tick) is not a stream that stopped.
+            reason = (f'joint_states at start-up is {(now - stamp) * 1e3:.0f} ms old (timeout '
+                      f'{dog.timeout * 1e3:.0f} ms); waiting for a fresh one')
         if reason is not None:
             self.state_rejected += 1
             return False, reason
         self.q, self.dq = q, dq
-        self.dogs['joint_states'].feed(stamp, now)
+        dog.feed(stamp, now)
         return True, ''
 
     def on_imu(self, orientation_wxyz, stamp, now):
@@ -258,8 +266,12 @@ class Supervisor:
         if o.size != 4 or not np.all(np.isfinite(o)) or abs(np.linalg.norm(o) - 1.0) > 0.05:
             self.state_rejected += 1
             return False, f'imu orientation is not a unit quaternion: {o.tolist()}'
+        dog = self.dogs['imu']
+        if not dog.ever and dog.check_stamp and (stamp == 0.0 or abs(now - stamp) > dog.timeout):
+            self.state_rejected += 1
+            return False, f'imu at start-up is {(now - stamp) * 1e3:.0f} ms old; waiting'
         self.tilt = tilt_of(o)
-        self.dogs['imu'].feed(stamp, now)
+        dog.feed(stamp, now)
         return True, ''
 
     def on_command(self, source, names, position, velocity, effort, stamp, now):
@@ -355,8 +367,10 @@ class Supervisor:
         """Return this tick's Output, or None when nothing may be published yet."""
         if count:
             self.ticks += 1
-        if self.q is None:
-            self.safe_reason = 'waiting for joint_states (publishing nothing)'
+        waiting = [k for k in ('joint_states', 'imu') if k == 'joint_states' or self.cfg.use_imu
+                   if not self.dogs[k].ever]
+        if waiting:
+            self.safe_reason = f'waiting for {" and ".join(waiting)} (publishing nothing)'
             return self._safe_output(now, self.safe_reason) if self.latched else None
         self._check_trips(now)
         if self.latched:
@@ -395,7 +409,8 @@ class Supervisor:
         self.safe_reason = ''
         self.outputs += 1
         return Output([self.names[i] for i in out.index], out.position, out.velocity,
-                      out.effort, safe=False, reason='forwarding')
+                      out.effort, safe=False, reason='forwarding',
+                      stamp=self.dogs[self.mode].stamp)
 
     def _check_trips(self, now):
         if self.latched:
@@ -479,7 +494,8 @@ class Supervisor:
             'mode': self.mode,
             'estop': self.latched,
             'estop_cause': self.cause,
-            'output': ('waiting' if self.q is None and not self.latched
+            'output': ('waiting' if self.safe_reason.startswith('waiting')
+                       and not self.latched
                        else 'safe' if self.safe_reason else 'forwarding'),
             'safe_mode': self.cfg.safe_mode,
             'safe_reason': self.safe_reason,
