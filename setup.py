@@ -14,6 +14,7 @@ NODES = [
     'friction_id',
     'inertia_id',
     'latency_id',
+    'sim_bridge',
 ]
 
 

@@ -1,0 +1,217 @@
+"""sim_bridge: the robot's MuJoCo model with identified parameters; reality gap; export.
+
+Holds the nominal MJCF plus per-joint `damping`, `frictionloss`, `armature` and the command
+`latency_s` as ROS parameters (set by friction_id / inertia_id / latency_id, or by hand),
+scores the reality gap of recorded runs (MCAP) and exports what training needs. The maths is
+in `simreal_ros.core.bridge` (no ROS).
+
+    ros2 run simreal_ros sim_bridge --ros-args --params-file config/robots/arm3.yaml
+    ros2 param set /sim_bridge joints.elbow_pitch.damping 0.15
+    ros2 param set /sim_bridge latency_s 0.0035
+    ros2 param set /sim_bridge recording /path/to/run.mcap     # '' = newest in recordings_dir
+    ros2 service call /sim_bridge/evaluate_gap std_srvs/srv/Trigger
+    ros2 topic echo /sim_bridge/gap --qos-durability transient_local
+    ros2 service call /sim_bridge/export std_srvs/srv/Trigger
+
+Parameters per joint: `joints.<joint>.damping` (N*m*s/rad), `.frictionloss` (N*m),
+`.armature` (kg*m^2), each with `..._half_width` (95 % interval half-width, -1 = unknown);
+out-of-range values are refused with the reason. `~/evaluate_gap` replays the recording's
+commands in the nominal and in the identified model and publishes the result (JSON in
+std_msgs/String, latched) on `~/gap` (`/sim_bridge/gap`); its response says pass or fail
+against `gap_threshold`. `~/export` writes the identified MJCF, `identified_params.yaml`,
+`domain_randomization.yaml` and, after an evaluation, the HTML report into `export_dir`.
+"""
+import json
+import math
+import os
+import threading
+
+import numpy as np
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from simreal_ros.core.bridge import BridgeSession, JOINT_KEYS
+from simreal_ros.core.bridge.params import RANGES, UNITS
+from simreal_ros.core.bridge.recording import latest_recording, read_mcap
+from simreal_ros.core.config import ConfigError
+from simreal_ros.nodes.common import LATCHED_QOS, declare, run
+
+NODE_NAME = 'sim_bridge'
+
+
+class SimBridge(Node):
+    NODE_NAME = NODE_NAME
+
+    def __init__(self):
+        super().__init__(NODE_NAME)
+        arrays = {'joint_names': (Parameter.Type.STRING_ARRAY, 'robot joints (as in '
+                                  'joint_states)'),
+                  'kp': (Parameter.Type.DOUBLE_ARRAY, "the driver's position gain per joint "
+                         '(N*m/rad), as sim_robot'),
+                  'kd': (Parameter.Type.DOUBLE_ARRAY, "the driver's velocity gain per joint "
+                         '(N*m*s/rad)'),
+                  'torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'motor torque limit per joint '
+                                   '(N*m); empty = the MJCF actuator ranges only')}
+        p = {}
+        for name, (ptype, text) in arrays.items():
+            p[name] = self.declare_parameter(
+                name, ptype, ParameterDescriptor(description=text, read_only=True)).value
+        p['model_path'] = declare(self, 'model_path', '', 'nominal MJCF of the robot '
+                                  '(package://simreal_ros/..., absolute or relative path)',
+                                  read_only=True)
+        p['robot_name'] = declare(self, 'robot_name', 'robot', 'name used for exported files',
+                                  read_only=True)
+        p['physics_dt'] = declare(self, 'physics_dt', 0.001, 'replay physics step (s)',
+                                  low=1e-4, high=0.01, read_only=True)
+        p['gap_threshold'] = declare(self, 'gap_threshold', 0.15, 'overall NRMSE above which '
+                                     'the gap gate fails (deployment blocked)', low=0.001,
+                                     high=10.0)
+        p['max_shift_s'] = declare(self, 'max_shift_s', 0.05, 'cross-correlation alignment '
+                                   'search range, +- s', low=0.0, high=1.0)
+        p['skip_s'] = declare(self, 'skip_s', 0.2, 'initial replay transient left out of the '
+                              'score (s)', low=0.0, high=10.0)
+        self.recordings_dir = declare(self, 'recordings_dir', '~/.ros/simreal_ros/sysid',
+                                      'folder searched for the newest .mcap')
+        self.export_dir = declare(self, 'export_dir', '~/.ros/simreal_ros/sim_bridge',
+                                  'folder ~/export writes into')
+        self.recording = declare(self, 'recording', '', 'MCAP to evaluate; empty = newest in '
+                                 'recordings_dir')
+        params = {k: v for k, v in p.items() if v is not None and v != []}
+        if not p['model_path']:
+            raise ConfigError('model_path is empty: give the robot parameter file '
+                              '(--params-file config/robots/<robot>.yaml)')
+        self.session = BridgeSession.from_params(params)
+        names = self.session.names
+        start = self.session.nominal
+        self.lock = threading.Lock()
+        self.params = start.copy()
+        self.params.interval = {k: [math.nan] * len(names) for k in JOINT_KEYS}
+        for i, joint in enumerate(names):
+            for key in JOINT_KEYS:
+                lo, hi = RANGES[key]
+                value = declare(self, f'joints.{joint}.{key}', float(getattr(start, key)[i]),
+                                f'{key} of {joint} ({UNITS[key]})', low=lo, high=hi)
+                getattr(self.params, key)[i] = value
+                half = declare(self, f'joints.{joint}.{key}_half_width', -1.0,
+                               f'95 % interval half-width of {key} of {joint} '
+                               f'({UNITS[key]}); -1 = unknown', low=-1.0, high=hi)
+                self.params.interval[key][i] = half if half >= 0 else math.nan
+        lo, hi = RANGES['latency_s']
+        self.params.latency_s = declare(self, 'latency_s', float(start.latency_s),
+                                        'command transport delay (s)', low=lo, high=hi)
+        half = declare(self, 'latency_s_half_width', -1.0, '95 % interval half-width of '
+                       'latency_s (s); -1 = unknown', low=-1.0, high=hi)
+        self.params.interval['latency_s'] = half if half >= 0 else math.nan
+        self.params.validate()
+        self.add_on_set_parameters_callback(self._on_set)
+        self.last = None   # (recording, GapReport)
+        self.pub = self.create_publisher(String, '~/gap', LATCHED_QOS)
+        services = MutuallyExclusiveCallbackGroup()
+        self.create_service(Trigger, '~/evaluate_gap', self._on_evaluate,
+                            callback_group=services)
+        self.create_service(Trigger, '~/export', self._on_export, callback_group=services)
+        self.get_logger().info(f'sim_bridge ready: {len(names)} joints, model '
+                               f'{self.session.model_path}')
+
+    # -- parameters: validated by their descriptors; here only copied into JointParams ------
+    def _on_set(self, changes):
+        names = self.session.names
+        with self.lock:
+            updated = self.params.copy()
+            for change in changes:
+                name, value = change.name, change.value
+                if name == 'latency_s':
+                    updated.latency_s = float(value)
+                elif name == 'latency_s_half_width':
+                    updated.interval['latency_s'] = value if value >= 0 else math.nan
+                elif name.startswith('joints.'):
+                    parts = name.split('.')
+                    joint, key = '.'.join(parts[1:-1]), parts[-1]
+                    if joint not in names:
+                        return SetParametersResult(successful=False, reason=f'unknown joint '
+                                                   f'{joint!r}; joints are {names}')
+                    i = names.index(joint)
+                    if key.endswith('_half_width'):
+                        updated.interval[key[:-len('_half_width')]][i] = (
+                            value if value >= 0 else math.nan)
+                    else:
+                        getattr(updated, key)[i] = float(value)
+                elif name == 'recording':
+                    self.recording = value
+                elif name == 'recordings_dir':
+                    self.recordings_dir = value
+                elif name == 'export_dir':
+                    self.export_dir = value
+                elif name in ('gap_threshold', 'max_shift_s', 'skip_s'):
+                    setattr(self.session, 'threshold' if name == 'gap_threshold' else name,
+                            float(value))
+            try:
+                updated.validate()
+            except ConfigError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+            self.params = updated
+        return SetParametersResult(successful=True)
+
+    def _current(self):
+        with self.lock:
+            p = self.params.copy()
+        p.interval = {k: (float(v) if k == 'latency_s' else np.asarray(v, float))
+                      for k, v in p.interval.items()}
+        p.source = {k: ['sim_bridge parameters'] * len(p.names) for k in JOINT_KEYS}
+        return p
+
+    # -- services -------------------------------------------------------------------------
+    def _on_evaluate(self, _request, response):
+        path = self.recording or latest_recording(self.recordings_dir)
+        if not path:
+            response.success = False
+            response.message = (f'no recording: parameter recording is empty and there is no '
+                                f'.mcap under {self.recordings_dir}')
+            return response
+        try:
+            rec = read_mcap(os.path.expanduser(path), self.session.names)
+            report = self.session.evaluate(rec, self._current(), name=path)
+        except (ConfigError, ValueError) as exc:
+            response.success = False
+            response.message = f'cannot evaluate {path}: {exc}'
+            self.get_logger().error(response.message)
+            return response
+        self.last = (rec, report)
+        doc = report.to_dict()
+        doc['reading'] = getattr(rec, 'source', {})
+        self.pub.publish(String(data=json.dumps(doc)))
+        verdict = 'PASS' if report.identified.passed else 'FAIL'
+        response.success = True
+        response.message = (f'{verdict}: gap {100 * report.identified.value:.2f} % (threshold '
+                            f'{100 * report.identified.threshold:.0f} %), nominal '
+                            f'{100 * report.nominal.value:.2f} %, noise floor '
+                            f'{100 * report.identified.noise_floor["overall"]:.2f} %, shift '
+                            f'{1e3 * report.identified.shift_s:+.1f} ms; {path}')
+        self.get_logger().info(response.message)
+        return response
+
+    def _on_export(self, _request, response):
+        out = os.path.expanduser(self.export_dir)
+        rec, report = self.last if self.last else (None, None)
+        try:
+            paths = self.session.export(out, self._current(), report, rec)
+        except (ConfigError, OSError, RuntimeError) as exc:
+            response.success = False
+            response.message = f'export to {out} failed: {exc}'
+            return response
+        response.success = True
+        response.message = json.dumps(paths)
+        self.get_logger().info(f'exported {paths}')
+        return response
+
+
+def main(args=None):
+    raise SystemExit(run(SimBridge, args))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,142 @@
+"""sim_bridge node over real DDS: parameters with ranges, ~/evaluate_gap, latched gap, ~/export."""
+import json
+import os
+
+import mujoco
+import numpy as np
+import pytest
+import rclpy
+from rcl_interfaces.srv import SetParameters
+from rclpy.parameter import Parameter
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from rosproc import NodeProcess, Spinner, wait_for
+from simreal_ros.core.bridge.excite import multisine_run, record_run
+from simreal_ros.core.bridge.recording import write_mcap
+from simreal_ros.core.config import load_node_params
+from simreal_ros.core.plant import PlantTruth, SimPlant
+from simreal_ros.core.sysid import NominalModel
+from simreal_ros.nodes.common import LATCHED_QOS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, 'config', 'robots', 'arm3.yaml')
+MODEL = os.path.join(REPO, 'models', 'arm3', 'arm3.xml')
+
+pytestmark = pytest.mark.ros
+
+
+@pytest.fixture(scope='module')
+def recording_dir(tmp_path_factory):
+    sim = load_node_params(CONFIG, 'sim_robot')
+    names = list(sim['joint_names'])
+    plant = {k[len('plant.'):]: v for k, v in sim.items() if k.startswith('plant.')}
+    truth = PlantTruth.from_mapping(plant, len(names))
+    sp = SimPlant(MODEL, names, 0.001, sim['kp'], sim['kd'], truth=truth, seed=9)
+    rec = record_run(sp, multisine_run(names, 0.0, [0.35, 0.3, 0.35], (0.5, 3.0), 2.5,
+                                       nominal=NominalModel(MODEL, names), seed=4))
+    folder = tmp_path_factory.mktemp('recordings')
+    write_mcap(str(folder / 'run.mcap'), rec)
+    return folder, truth, names
+
+
+def _call(node, client, request, timeout=120.0):
+    assert client.wait_for_service(timeout_sec=timeout), f'{client.srv_name} never appeared'
+    future = client.call_async(request)
+    wait_for(future.done, timeout, what=f'{client.srv_name} response')
+    return future.result()
+
+
+def _set(node, client, values):
+    req = SetParameters.Request()
+    req.parameters = [Parameter(k, value=float(v)).to_parameter_msg() for k, v in values.items()]
+    return _call(node, client, req).results
+
+
+def test_sim_bridge_node_gap_gate_parameters_and_export(recording_dir, tmp_path):
+    folder, truth, names = recording_dir
+    export_dir = tmp_path / 'export'
+    proc = NodeProcess('sim_bridge', CONFIG, params={'recordings_dir': str(folder),
+                                                     'export_dir': str(export_dir)})
+    rclpy.init()
+    node = rclpy.create_node('test_sim_bridge_client')
+    gaps = []
+    node.create_subscription(String, '/sim_bridge/gap', lambda m: gaps.append(json.loads(m.data)),
+                             LATCHED_QOS)
+    evaluate = node.create_client(Trigger, '/sim_bridge/evaluate_gap')
+    export = node.create_client(Trigger, '/sim_bridge/export')
+    setp = node.create_client(SetParameters, '/sim_bridge/set_parameters')
+    spinner = Spinner(node)
+    try:
+        # A deliberately wrong model fails the gate.
+        wrong = {f'joints.{j}.armature': 6 * truth.armature[i] for i, j in enumerate(names)}
+        wrong.update({f'joints.{j}.frictionloss': 4 * truth.coulomb_friction[i]
+                      for i, j in enumerate(names)})
+        wrong['latency_s'] = 0.03
+        results = _set(node, setp, wrong)
+        assert all(r.successful for r in results), [r.reason for r in results]
+        res = _call(node, evaluate, Trigger.Request())
+        assert res.success and res.message.startswith('FAIL'), res.message
+        doc = wait_for(lambda: gaps[-1] if gaps else None, 30, what='latched gap')
+        assert doc['passed'] is False and doc['gap_identified'] > doc['threshold'] == 0.15
+        assert doc['reading']['command_topic'] == 'hardware/command'
+
+        # Out of range: refused with the reason, the old value kept.
+        bad = _set(node, setp, {f'joints.{names[0]}.damping': -1.0})
+        assert not bad[0].successful and bad[0].reason
+
+        # The matched model (as SysID would push it) passes, at the noise floor.
+        matched = {}
+        for i, j in enumerate(names):
+            matched[f'joints.{j}.damping'] = truth.viscous_damping[i]
+            matched[f'joints.{j}.frictionloss'] = truth.coulomb_friction[i]
+            matched[f'joints.{j}.armature'] = truth.armature[i]
+            matched[f'joints.{j}.damping_half_width'] = 0.01
+        matched['latency_s'] = truth.latency_s
+        assert all(r.successful for r in _set(node, setp, matched))
+        gaps.clear()
+        res = _call(node, evaluate, Trigger.Request())
+        assert res.success and res.message.startswith('PASS'), res.message
+        doc = wait_for(lambda: gaps[-1] if gaps else None, 30, what='latched gap')
+        assert doc['passed'] is True
+        assert doc['gap_identified'] <= 1.2 * doc['noise_floor']
+        assert doc['gap_nominal'] > 5 * doc['gap_identified']
+
+        # A late subscriber still gets the result (latched).
+        late = []
+        node2 = rclpy.create_node('test_sim_bridge_late')
+        node2.create_subscription(String, '/sim_bridge/gap', lambda m: late.append(m.data),
+                                  LATCHED_QOS)
+        spinner2 = Spinner(node2)
+        try:
+            wait_for(lambda: late, 30, what='latched gap for a late subscriber')
+        finally:
+            spinner2.stop()
+
+        res = _call(node, export, Trigger.Request())
+        assert res.success, res.message
+        paths = json.loads(res.message)
+        model = mujoco.MjModel.from_xml_path(paths['mjcf'])
+        dof = model.jnt_dofadr[[model.joint(j).id for j in names]]
+        np.testing.assert_allclose(model.dof_damping[dof], truth.viscous_damping)
+        np.testing.assert_allclose(model.dof_armature[dof], truth.armature)
+        assert os.path.isfile(paths['report']) and os.path.isfile(paths['domain_randomization'])
+    finally:
+        spinner.stop()
+        rclpy.try_shutdown()
+        code = proc.stop(timeout=60)   # a loaded machine can take a while to shut down
+        with open(proc.log_path) as f:
+            log = f.read()
+        print(log[-3000:])
+    assert code in (0, -2), log[-2000:]
+
+
+def test_sim_bridge_refuses_a_missing_model_with_a_clear_message(tmp_path):
+    proc = NodeProcess('sim_bridge', CONFIG, params={'model_path': str(tmp_path / 'no.xml')})
+    try:
+        code = proc.wait_exit(120)
+        out = proc.output()
+    finally:
+        proc.stop()
+    assert code == 2, out
+    assert 'configuration error' in out and 'no.xml' in out
