@@ -10,6 +10,7 @@
     simreal gap
     simreal export
     simreal monitor [--robot arm3]     # rviz markers on monitor/markers
+    simreal params [node ...]          # parameters: value, range, meaning
     simreal demo
 
 Every verb talks to the running graph over the same services and topics a `ros2 service call`
@@ -265,9 +266,11 @@ def _progress_bar(label, width=30):
 
 def cmd_gap(args, ros):
     from simreal_ros import sysid_client
-    result = sysid_client.bridge_call(ros, 'gap')
-    print(json.dumps(result, indent=2, sort_keys=True))
-    return 0
+    gap = sysid_client.evaluate_gap(ros)
+    print('reality gap (sim_bridge, nominal vs identified model):')
+    for line in sysid_client.format_gap(gap):
+        print(line)
+    return 0 if gap.get('ok') else 1
 
 
 def cmd_monitor(args, ros):
@@ -281,11 +284,75 @@ def cmd_monitor(args, ros):
     return 0
 
 
+PARAM_TYPES = {1: 'bool', 2: 'int', 3: 'double', 4: 'string', 5: 'bytes', 6: 'bool[]',
+               7: 'int[]', 8: 'double[]', 9: 'string[]'}
+
+
+def describe_parameters(ros, node):
+    """Return [(name, type, value, description, range, read_only)] of a running node."""
+    from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters
+    names = sorted(ros.call(ListParameters, f'{node}/list_parameters',
+                            ListParameters.Request(), node).result.names)
+    desc = ros.call(DescribeParameters, f'{node}/describe_parameters',
+                    DescribeParameters.Request(names=names), node).descriptors
+    values = ros.call(GetParameters, f'{node}/get_parameters',
+                      GetParameters.Request(names=names), node).values
+    rows = []
+    for name, d, v in zip(names, desc, values):
+        value = {1: v.bool_value, 2: v.integer_value, 3: v.double_value, 4: v.string_value,
+                 6: list(v.bool_array_value), 7: list(v.integer_array_value),
+                 8: list(v.double_array_value), 9: list(v.string_array_value)}.get(v.type)
+        rng = ''
+        if d.floating_point_range:
+            r = d.floating_point_range[0]
+            rng = f'[{r.from_value:g}, {r.to_value:g}]'
+        elif d.integer_range:
+            r = d.integer_range[0]
+            rng = f'[{r.from_value}, {r.to_value}]'
+        rows.append((name, PARAM_TYPES.get(v.type, 'unset'), value, d.description, rng,
+                     d.read_only))
+    return rows
+
+
+def cmd_params(args, ros):
+    from simreal_ros.graph import ALL_NODES
+    nodes = args.nodes or list(ALL_NODES)
+    deadline = time.monotonic() + SERVICE_WAIT_S   # discovery of a fresh CLI node takes a moment
+    present = set()
+    while time.monotonic() < deadline and not set(nodes) <= present:
+        present |= {n.split('/')[-1] for n in ros.node_names()}
+        time.sleep(0.2)
+    for node in nodes:
+        if node not in present:
+            print(f'{node}: not running' + ('' if args.markdown else ' (skipped)'))
+            continue
+        rows = describe_parameters(ros, node)
+        if not rows:   # a node that has only just been discovered may answer empty once
+            rows = describe_parameters(ros, node)
+        if args.markdown:
+            print(f'\n### {node}\n\n| parameter | type | value ({args.robot_label}) | range | '
+                  'meaning |\n| --- | --- | --- | --- | --- |')
+            for name, kind, value, text, rng, _ in rows:
+                if name in ('use_sim_time', 'start_type_description_service'):
+                    continue
+                shown = json.dumps(value) if value is not None else ''
+                print(f'| `{name}` | {kind} | `{shown}` | {rng} | {text} |')
+        else:
+            print(f'{node}:')
+            for name, kind, value, text, rng, ro in rows:
+                print(f'  {name} ({kind}{", read-only" if ro else ""}) = {value!r} {rng}  '
+                      f'# {text}')
+    return 0
+
+
 def cmd_export(args, ros):
     from simreal_ros import sysid_client
     result = sysid_client.bridge_call(ros, 'export')
-    print(json.dumps(result, indent=2, sort_keys=True))
-    return 0
+    print('export (sim_bridge): ' + ('ok' if result.get('ok') else 'FAILED'))
+    for key, value in result.items():
+        if key != 'ok':
+            print(f'  {key}: {value}')
+    return 0 if result.get('ok') else 1
 
 
 # -- up -----------------------------------------------------------------------------------
@@ -442,6 +509,10 @@ def build_parser():
     p = sub.add_parser('monitor', help='publish rviz markers: stage, e-stop, limit usage')
     p.add_argument('--robot', default='arm3', help='robot config (for the limits)')
     p.add_argument('--duration', type=float, default=None, help='stop after this many s')
+    p = sub.add_parser('params', help='parameters of the running nodes (description, range)')
+    p.add_argument('nodes', nargs='*', help='nodes (default: every simreal_ros node)')
+    p.add_argument('--markdown', action='store_true', help='as Markdown tables (docs)')
+    p.add_argument('--robot-label', default='arm3', help='column label for the values')
     sub.add_parser('gap', help='reality gap, nominal vs identified (sim_bridge)')
     sub.add_parser('export', help='export the identified model (sim_bridge)')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
@@ -454,7 +525,7 @@ def build_parser():
 
 VERBS = {'status': cmd_status, 'estop': cmd_estop, 'reset': cmd_reset, 'stage': cmd_stage,
          'enable': cmd_enable, 'disable': cmd_disable, 'sysid': cmd_sysid, 'gap': cmd_gap,
-         'export': cmd_export, 'monitor': cmd_monitor}
+         'export': cmd_export, 'monitor': cmd_monitor, 'params': cmd_params}
 
 
 def main(argv=None):

@@ -109,6 +109,9 @@ class Demo:
                 if self.fast and given.get('joints'):
                     over['joints'] = list(given['joints'])[-1:]
                 overrides[name] = over
+        if 'sim_bridge' in probe.names():
+            overrides['sim_bridge'] = {'recordings_dir': str(self.out / 'sysid'),
+                                       'export_dir': str(self.out / 'export')}
         sim_time = self.rtf != 1.0
         if sim_time:   # every node on sim_robot's /clock: a slow machine slows the clock
             overrides.setdefault('sim_robot', {})['real_time_factor'] = self.rtf
@@ -184,15 +187,45 @@ class Demo:
             raise RuntimeError(detail)
         return detail
 
-    def bridge(self, verb):
+    def bridge_push(self):
         from simreal_ros import sysid_client
         if not self.graph.node('sim_bridge'):
             raise Skip('sim_bridge not available')
-        result = sysid_client.bridge_call(self.ros, verb)
-        self.facts[f'bridge_{verb}'] = result
+        results = [r for r in (self.facts.get('sysid') or {}).values() if r.get('results')]
+        if not results:
+            raise RuntimeError('no SysID results to push (see the SysID step)')
+        values = sysid_client.bridge_parameters(results)
+        done, refused = sysid_client.push_to_bridge(self.ros, values)
+        self.facts['bridge_push'] = {'set': {k: values[k] for k in done}, 'refused': refused}
+        for name in done:
+            if not name.endswith('_half_width'):
+                self.say(f'    sim_bridge {name} = {values[name]:.5g}')
+        if refused:
+            raise RuntimeError(f'sim_bridge refused {refused}')
+        return f'{len(done)} parameters set on sim_bridge'
+
+    def bridge_gap(self):
+        from simreal_ros import sysid_client
+        if not self.graph.node('sim_bridge'):
+            raise Skip('sim_bridge not available')
+        gap = sysid_client.evaluate_gap(self.ros)
+        self.facts['gap'] = {k: v for k, v in gap.items() if k not in ('nominal', 'identified')}
+        for line in sysid_client.format_gap(gap):
+            self.say('   ' + line)
+        if 'gap_nominal' not in gap:
+            raise RuntimeError(gap.get('message', 'no gap result'))
+        return (f'gap before {100 * gap["gap_nominal"]:.2f} % -> after '
+                f'{100 * gap["gap_identified"]:.2f} % NRMSE ({gap.get("message")})')
+
+    def bridge_export(self):
+        from simreal_ros import sysid_client
+        if not self.graph.node('sim_bridge'):
+            raise Skip('sim_bridge not available')
+        result = sysid_client.bridge_call(self.ros, 'export')
+        self.facts['export'] = result
         if not result.get('ok'):
             raise RuntimeError(result.get('message', str(result)))
-        return json.dumps({k: v for k, v in result.items() if k != 'ok'})[:300]
+        return f'exported to {self.out / "export"}'
 
     def policy_stages(self):
         from simreal_ros import sysid_client
@@ -413,11 +446,10 @@ def main(argv=None):
         ('bring up the graph', demo.bring_up),
         ('enable the policy, promote through every stage', demo.policy_stages),
         ('e-stop and reset', demo.estop_and_reset),
-        ('reality gap before SysID (nominal model)', lambda: demo.bridge('gap')),
         ('system identification (friction, inertia, latency)', demo.sysid),
-        ('push results to sim_bridge', lambda: demo.bridge('apply')),
-        ('reality gap after SysID', lambda: demo.bridge('gap')),
-        ('export the identified model', lambda: demo.bridge('export')),
+        ('push results to sim_bridge', demo.bridge_push),
+        ('reality gap before/after (nominal vs identified)', demo.bridge_gap),
+        ('export the identified model', demo.bridge_export),
         ('shut down cleanly', demo.shutdown),
     ]
     try:

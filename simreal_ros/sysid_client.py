@@ -10,7 +10,9 @@ The interfaces used (relative to the graph's namespace; see simreal_ros.nodes.sy
   `safety/select_sysid true`, `safety/reset`; the reset needs a fresh command near the measured
   pose from the sysid source, so this client holds the current pose on `sysid/command` (the
   supervisor's input, never `hardware/command`) until the experiment has started.
-- `sim_bridge/<verb>` (std_srvs/Trigger) answers with a message that is JSON or text.
+- sim_bridge: per-joint parameters `joints.<joint>.damping|frictionloss|armature` (+
+  `_half_width`) and `latency_s`; `sim_bridge/evaluate_gap` (Trigger; the result JSON latched on
+  `sim_bridge/gap`, nominal and identified model); `sim_bridge/export` (Trigger, JSON paths).
 
 A node or service that is not there raises `Missing` naming it: never a traceback.
 """
@@ -204,6 +206,87 @@ def format_result(result):
     if not lines:
         lines.append('  ' + str(result.get('message', result)))
     return lines
+
+
+# SysID result parameter -> sim_bridge per-joint key (joints.<joint>.<key>); latency is global.
+BRIDGE_KEYS = {'viscous_damping': 'damping', 'coulomb_friction': 'frictionloss',
+               'armature': 'armature'}
+
+
+def bridge_parameters(results):
+    """Return {sim_bridge parameter: value} for SysID result mappings (by joint)."""
+    out, latencies, widths = {}, [], []
+    for result in results:
+        for r in result.get('results') or []:
+            lo, hi = r.get('interval', (None, None))
+            half = (float(hi) - float(lo)) / 2.0 if lo is not None else -1.0
+            if r.get('parameter') in BRIDGE_KEYS:
+                key = f'joints.{r["joint"]}.{BRIDGE_KEYS[r["parameter"]]}'
+                out[key] = float(r['value'])
+                out[key + '_half_width'] = half
+            elif r.get('parameter') == 'latency':
+                latencies.append(float(r['value']))
+                widths.append(half)
+    if latencies:
+        out['latency_s'] = sum(latencies) / len(latencies)
+        out['latency_s_half_width'] = max(widths)
+    return out
+
+
+def push_to_bridge(ros, values):
+    """Set sim_bridge parameters; return (set names, {name: refusal reason})."""
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+    params = [Parameter(name=k, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
+                                                     double_value=float(v)))
+              for k, v in sorted(values.items())]
+    resp = ros.call(SetParameters, 'sim_bridge/set_parameters',
+                    SetParameters.Request(parameters=params), 'sim_bridge')
+    done, refused = [], {}
+    for p, r in zip(params, resp.results):
+        if r.successful:
+            done.append(p.name)
+        else:
+            refused[p.name] = r.reason
+    return done, refused
+
+
+def evaluate_gap(ros, timeout=300.0):
+    """Call sim_bridge/evaluate_gap; return the JSON it publishes on sim_bridge/gap."""
+    from std_msgs.msg import String
+    from simreal_ros.nodes.common import LATCHED_QOS
+    got = []
+    sub = ros.node.create_subscription(String, _join(ros, 'sim_bridge/gap'),
+                                       lambda m: got.append((time.monotonic(), m.data)),
+                                       LATCHED_QOS)
+    try:
+        t0 = time.monotonic()
+        resp = ros.trigger('sim_bridge/evaluate_gap', 'sim_bridge', timeout=timeout)
+        deadline = time.monotonic() + 10.0
+        fresh = []
+        while resp.success and time.monotonic() < deadline:
+            fresh = [d for t, d in got if t >= t0]
+            if fresh:
+                break
+            time.sleep(0.05)
+        out = _parse(fresh[-1]) if fresh else {}
+        out['ok'] = bool(resp.success)
+        out['message'] = resp.message
+        return out
+    finally:
+        ros.node.destroy_subscription(sub)
+
+
+def format_gap(gap):
+    """Return printable lines for a sim_bridge gap result."""
+    if 'gap_nominal' not in gap:
+        return [f'  {gap.get("message")}']
+    return [f'  recording       {gap.get("recording")}',
+            f'  gap nominal     {100 * gap["gap_nominal"]:.2f} % NRMSE',
+            f'  gap identified  {100 * gap["gap_identified"]:.2f} % NRMSE '
+            f'(x{gap.get("reduction_x", float("nan")):.2f} smaller; noise floor '
+            f'{100 * float(gap.get("noise_floor", float("nan"))):.2f} %)',
+            f'  verdict         {gap.get("message")}']
 
 
 def bridge_call(ros, verb, timeout=300.0):
