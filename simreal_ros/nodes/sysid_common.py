@@ -347,30 +347,27 @@ class SysidNode(Node):
             self.get_logger().info(f'{name} is not running: identified values not pushed (they '
                                    f'are in {path})')
             return
-        keys = sorted({BRIDGE_NAME[d['parameter']] for d in results
-                       if d['parameter'] in BRIDGE_NAME})
-        if not keys:
+        out = []
+        latency = [d['value'] for d in results if d['parameter'] == 'latency']
+        if latency:   # one transport delay for the robot: the mean over the joints
+            out.append(Parameter('latency_s', value=float(sum(latency) / len(latency))))
+        for d in results:
+            key = BRIDGE_NAME.get(d['parameter'])
+            if key and key != 'latency_s':
+                out.append(Parameter(f'joints.{d["joint"]}.{key}', value=float(d['value'])))
+        if not out:
             return
-        future = self.bridge.get_parameters(['joint_names'] + keys)
-        future.add_done_callback(lambda f: self._bridge_set(f, keys, results, name))
+        future = self.bridge.set_parameters(out)
+        future.add_done_callback(lambda f: self._bridge_done(f, out, name))
 
-    def _bridge_set(self, future, keys, results, name):
+    def _bridge_done(self, future, params, name):
         try:
-            values = future.result().values
-            bridge_names = list(values[0].string_array_value)
-            current = {k: v for k, v in zip(keys, values[1:])}
-            out = []
-            for key in keys:
-                if key == 'latency_s':
-                    lat = [d['value'] for d in results if d['parameter'] == 'latency']
-                    out.append(Parameter(key, value=float(sum(lat) / len(lat))))
-                    continue
-                arr = list(current[key].double_array_value)
-                for d in results:
-                    if BRIDGE_NAME.get(d['parameter']) == key and d['joint'] in bridge_names:
-                        arr[bridge_names.index(d['joint'])] = float(d['value'])
-                out.append(Parameter(key, value=arr))
-            self.bridge.set_parameters(out)
-            self.get_logger().info(f'pushed {keys} to {name}')
+            results = future.result().results
         except Exception as exc:  # noqa: BLE001 - best effort; the files hold the results
             self.get_logger().warn(f'could not push results to {name}: {exc}')
+            return
+        refused = [f'{p.name}: {r.reason}' for p, r in zip(params, results) if not r.successful]
+        if refused:
+            self.get_logger().warn(f'{name} refused {refused}')
+        else:
+            self.get_logger().info(f'pushed {[p.name for p in params]} to {name}')

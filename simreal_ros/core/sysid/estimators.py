@@ -173,9 +173,10 @@ def _r2(y, r):
 def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.0):
     """Coulomb and viscous friction from constant-velocity sweeps in both directions.
 
-    Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + b, on settled constant-velocity
-    samples; tau_rigid is the nominal model's inverse dynamics (gravity, coupling), b a torque
-    offset (sensor bias, gravity model error), fitted and reported as a note.
+    Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + b + Ja*qdd, on settled
+    constant-velocity samples; tau_rigid is the nominal model's inverse dynamics (gravity,
+    coupling), b a torque offset (sensor bias, gravity model error) and Ja the unknown
+    armature, both nuisance terms reported as notes.
     """
     rec.validate()
     i = experiment.index
@@ -209,7 +210,10 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
     qddf = np.gradient(qdf, rec.t, axis=0)
     rigid = nominal.inverse_dynamics(qf[steady], qdf[steady], qddf[steady])[:, i]
     y = rec.effort[steady, i] - rigid
-    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], np.ones(len(y))])
+    # qdd: the joint's own (armature) inertia, a nuisance term; near zero in clean sweeps,
+    # not when late commands jolt the joint.
+    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], np.ones(len(y)),
+                         qddf[steady, i]])
     theta, cov, r, cond, lag = ols_hac(X, y)
     std = np.sqrt(np.diag(cov))
     if theta[0] <= 0 or theta[1] < -3 * std[1]:
@@ -222,8 +226,8 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
                                         method)}
     return Fit('friction', joint, est, float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r))),
                _r2(y, r), cond, len(y),
-               {'torque_offset': float(theta[2]), 'hac_lag': lag,
-                'speeds': [float(v) for v in speeds]})
+               {'torque_offset': float(theta[2]), 'armature_nuisance': float(theta[3]),
+                'hac_lag': lag, 'speeds': [float(v) for v in speeds]})
 
 
 def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None,
