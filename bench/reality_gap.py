@@ -151,6 +151,7 @@ def main(argv=None):
 
     # 3. Refinement.
     refined = refine(session.replayer, [ident], start, skip_s=session.skip_s,
+                     cma_evaluations=48 if closed is not None else 240,
                      log=lambda m: print(m, flush=True))
     params = refined.params
     print(f'refined ({refined.wall_s:.0f} s, {refined.evaluations} rollouts): '

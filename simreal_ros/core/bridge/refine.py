@@ -26,8 +26,8 @@ import numpy as np
 from simreal_ros.core.bridge.gap import noise_std
 from simreal_ros.core.bridge.params import JOINT_KEYS, RANGES
 
-# Smallest scale per quantity (also the smallest start value when a start is ~0).
-SCALE_FLOOR = {'damping': 0.02, 'frictionloss': 0.02, 'armature': 0.002, 'latency_s': 0.001}
+# Smallest scale per quantity; a start below it counts as 'no prior' and begins at it.
+SCALE_FLOOR = {'damping': 0.05, 'frictionloss': 0.05, 'armature': 0.005, 'latency_s': 0.002}
 
 
 class RefinementError(ValueError):
@@ -73,7 +73,7 @@ class _Problem:
                                for k, i in self.layout])
         self.lower = np.array([RANGES[k][0] for k, _ in self.layout]) / self.scale
         self.upper = np.array([RANGES[k][1] for k, _ in self.layout]) / self.scale
-        self.upper = np.minimum(self.upper, 20.0)   # x20 the start: far beyond any prior
+        self.upper = np.minimum(self.upper, 100.0)   # x100 the scale: far beyond any prior
         self.evaluations = 0
         self.weights = []
         for rec in self.recordings:
@@ -149,8 +149,10 @@ def refine(replayer, recordings, start, joints=None, fit_latency=True, skip_s=0.
     joints = list(replayer.names if joints is None else joints)
     prob = _Problem(replayer, recordings, start, joints, fit_latency, skip_s)
     x0 = np.clip(prob.x_of(start), prob.lower, prob.upper)
-    # Starts at ~0 (no prior) begin at the floor scale instead, off the bound.
-    x0 = np.where(x0 < 0.05, 1.0, x0)
+    # Starts at ~0 (no prior) begin at the floor scale instead, off the bound, and CMA-ES
+    # searches them widely.
+    no_prior = x0 < 0.05
+    x0 = np.where(no_prior, 1.0, x0)
     cost_start = prob.cost(prob.x_of(start))
     log(f'refine: start cost {cost_start:.4g} (mean squared noise-normalised residual)')
 
@@ -164,9 +166,11 @@ def refine(replayer, recordings, start, joints=None, fit_latency=True, skip_s=0.
             x = x0.copy()
             x[sub] = z
             return prob.cost(x)
-        opts = {'bounds': [list(prob.lower[sub]), list(np.minimum(prob.upper[sub], 5.0))],
+        high = np.where(no_prior[sub], 50.0, np.minimum(prob.upper[sub], 5.0))
+        opts = {'bounds': [list(prob.lower[sub]), list(high)],
                 'maxfevals': int(cma_evaluations), 'seed': int(seed) + 1, 'verbose': -9,
-                'popsize': max(6, 4 + int(3 * np.log(len(sub))))}
+                'popsize': max(6, 4 + int(3 * np.log(len(sub)))),
+                'CMA_stds': list(np.where(no_prior[sub], 10.0, 1.0))}
         es = cma.CMAEvolutionStrategy(list(x0[sub]), 0.2, opts)
         es.optimize(objective)
         if es.result.fbest is not None and es.result.fbest < cost_cma:
