@@ -1,4 +1,4 @@
-"""Inject faults into real processes (sim_robot, safety_supervisor, a policy) and time the response.
+"""Inject faults into real processes (sim_robot, safety_supervisor, a policy); time the response.
 
     .venv/bin/python bench/safety_faults.py                   # every scenario, 100k property cases
     .venv/bin/python bench/safety_faults.py --scenarios estop_during_motion --property-cases 0

@@ -209,7 +209,7 @@ def test_watchdog_by_arrival_and_by_stamp():
     assert Watchdog('x', 0.05, check_stamp=False).stale(0.0)
 
 
-# -- supervisor -------------------------------------------------------------------------------------
+# -- supervisor ----------------------------------------------------------------------
 def config(**over):
     p = dict(joint_names=NAMES, kp=[100.0, 100.0], kd=[2.0, 2.0], position_lower=[-1.0, -1.0],
              position_upper=[1.0, 1.0], velocity_limit=[2.0, 2.0], torque_limit=[20.0, 20.0],

@@ -15,7 +15,7 @@ from simreal_ros.core.safety.check import limit_violations, unchanged_when_withi
 
 CASES = int(os.environ.get('SIMREAL_PROPERTY_CASES', '300'))  # hypothesis examples
 VARIANTS = 30  # numpy-drawn variants checked per hypothesis example
-STATS = {'cases': 0, 'rejected': 0, 'filtered': 0}
+STATS = {'cases': 0, 'rejected': 0, 'filtered': 0, 'sup_forwarded': 0, 'sup_safe': 0}
 
 wild = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
@@ -178,3 +178,104 @@ def test_filter_output_respects_every_stage_limit_for_any_input():
     # The generators reach both sides: whole-command rejections and the filter.
     assert STATS['filtered'] - before['filtered'] > CASES
     assert STATS['rejected'] - before['rejected'] > CASES // 10
+
+
+# -- the whole supervisor: any sequence of inputs and operator requests ----------------------
+SUP_NAMES = ['j0', 'j1', 'j2']
+event_st = st.one_of(
+    st.tuples(st.just('state'), st.lists(st.floats(-3, 3), min_size=3, max_size=3),
+              st.lists(st.floats(-8, 8), min_size=3, max_size=3)),
+    st.tuples(st.just('command'), st.sampled_from(['policy', 'sysid']),
+              st.permutations(SUP_NAMES), st.lists(wild, min_size=0, max_size=3),
+              st.lists(wild, min_size=0, max_size=3), st.lists(wild, min_size=0, max_size=3)),
+    st.tuples(st.just('command'), st.just('policy'), st.just(SUP_NAMES),
+              st.lists(st.floats(-2, 2), min_size=3, max_size=3), st.just([]), st.just([])),
+    st.tuples(st.just('state'), st.lists(st.floats(-1, 1), min_size=3, max_size=3),
+              st.lists(st.floats(-1, 1), min_size=3, max_size=3)),
+    st.tuples(st.just('tick'), st.sampled_from([0.001, 0.002, 0.002, 0.01, 0.2])),
+    # A healthy control cycle (fresh state, fresh command, tick): reaches forwarding.
+    st.tuples(st.just('cycle'), st.lists(st.floats(-1, 1), min_size=3, max_size=3),
+              st.lists(st.floats(-2, 2), min_size=3, max_size=3)),
+    st.tuples(st.just('request'), st.sampled_from(['estop', 'reset', 'advance', 'sysid',
+                                                   'policy'])),
+)
+
+
+def supervisor_config():
+    from simreal_ros.core.safety import SupervisorConfig
+    return SupervisorConfig.from_params(dict(
+        joint_names=SUP_NAMES, kp=[100.0, 50.0, 0.0], kd=[2.0, 1.0, 3.0],
+        position_lower=[-1.0, -2.0, -0.5], position_upper=[1.0, 0.5, 0.5],
+        velocity_limit=[2.0, 3.0, 1.0], torque_limit=[20.0, 10.0, 5.0],
+        max_target_rate=[5.0, 5.0, 5.0], trip_velocity=[6.0, 6.0, 6.0],
+        stages=[0.1, 0.5, 1.0], stage_dwell_s=[0.0], policy_timeout_s=0.05,
+        sysid_timeout_s=0.05, joint_states_timeout_s=0.05, reject_trip_count=4,
+        check_stamps=True))
+
+
+@settings(max_examples=max(CASES // 3, 20), deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(event_st, min_size=1, max_size=60))
+def supervisor_property(events):
+    from simreal_ros.core.safety import Supervisor
+    sup = Supervisor(supervisor_config(), 0.0)
+    t = 1.0
+    expanded = []
+    for ev in events:
+        if ev[0] == 'cycle':
+            expanded += [('state', ev[1], [0.0] * 3),
+                         ('command', 'policy', SUP_NAMES, ev[2], [], []), ('tick', 0.002)]
+        else:
+            expanded.append(ev)
+    for ev in expanded:
+        if ev[0] == 'state':
+            sup.on_joint_state(SUP_NAMES, ev[1], ev[2], t, t)
+        elif ev[0] == 'command':
+            _, source, names, pos, vel, eff = ev
+            sup.on_command(source, list(names)[:max(len(pos), len(vel), len(eff), 1)], pos, vel,
+                           eff, t, t)
+        elif ev[0] == 'request':
+            {'estop': lambda: sup.estop('test', t), 'reset': lambda: sup.reset(t),
+             'advance': lambda: sup.advance_stage(t),
+             'sysid': lambda: sup.select_mode('sysid', t),
+             'policy': lambda: sup.select_mode('policy', t)}[ev[1]]()
+        else:
+            t += ev[1]
+            mode, scale = sup.mode, sup.stage.scale
+            cmd = sup.commands[mode]
+            prev = sup.previous_target.copy()
+            last = sup.last_output_time
+            q = None if sup.q is None else sup.q.copy()
+            dq = None if sup.dq is None else sup.dq.copy()
+            out = sup.tick(t)
+            if out is None:
+                assert q is None or not sup.dogs['joint_states'].ever
+                continue
+            for key in ('position', 'velocity', 'effort'):
+                v = getattr(out, key)
+                assert v is None or np.all(np.isfinite(v)), f'non-finite {key} output'
+            if out.safe:
+                assert out.position is None or sup.cfg.safe_mode == 'hold'
+                STATS['sup_safe'] += 1
+                continue
+            STATS['sup_forwarded'] += 1
+            # Forwarded: the latest accepted command of the selected source, filtered with
+            # the state and stage of this tick; the stage may only have dropped meanwhile.
+            assert sup.stage.scale <= scale or sup.cfg.auto_advance
+            assert not sup.latched
+            dt = min(max(t - last, 0.0), sup.cfg.period_s) if last is not None else 0.0
+            limits = sup.limits[mode]
+            from simreal_ros.core.safety import Command
+            got = Command(np.array([SUP_NAMES.index(n) for n in out.names]), out.position,
+                          out.velocity, out.effort)
+            assert np.array_equal(got.index, cmd.index)
+            bad = limit_violations(limits, scale, cmd, got, q, dq, prev, dt)
+            assert not bad, bad
+
+
+def test_supervisor_output_respects_the_stage_limits_for_any_event_sequence():
+    before = dict(STATS)
+    supervisor_property()
+    # The sequences reach both forwarding and the safe modes.
+    assert STATS['sup_forwarded'] > before['sup_forwarded'], STATS
+    assert STATS['sup_safe'] > before['sup_safe']

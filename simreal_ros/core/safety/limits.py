@@ -113,7 +113,8 @@ class Limits:
             raise ConfigError(f'{source}: the position range does not overlap the main limits')
         if any(np.any(out[k] <= 0) for k in ('velocity_limit', 'torque_limit',
                                              'max_target_rate')):
-            raise ConfigError(f'{source}: velocity_limit, torque_limit, max_target_rate must be > 0')
+            raise ConfigError(f'{source}: velocity_limit, torque_limit, max_target_rate must '
+                              'be > 0')
         return Limits(self.names, self.kp.copy(), self.kd.copy(), **out)
 
     def scaled_speed(self, factor):
