@@ -297,6 +297,13 @@ def describe_parameters(ros, node):
                     DescribeParameters.Request(names=names), node).descriptors
     values = ros.call(GetParameters, f'{node}/get_parameters',
                       GetParameters.Request(names=names), node).values
+    if len(values) != len(names):   # one unreadable parameter empties the batch: one by one
+        from rcl_interfaces.msg import ParameterValue
+        values = []
+        for name in names:
+            got = ros.call(GetParameters, f'{node}/get_parameters',
+                           GetParameters.Request(names=[name]), node).values
+            values.append(got[0] if got else ParameterValue())
     rows = []
     for name, d, v in zip(names, desc, values):
         value = {1: v.bool_value, 2: v.integer_value, 3: v.double_value, 4: v.string_value,
