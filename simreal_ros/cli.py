@@ -446,6 +446,12 @@ def cmd_up(args, _ros=None):
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     procs = start_graph(graph)
+    ros = recorder = None
+    if args.record:
+        from simreal_ros.record import SessionRecorder
+        ros = Ros(graph.namespace, use_sim_time=graph.use_sim_time)
+        recorder = SessionRecorder(ros.node, args.record, graph.namespace)
+        print(f'recording the session to {args.record}', flush=True)
     rviz = None
     if args.rviz:
         import shutil
@@ -472,6 +478,11 @@ def cmd_up(args, _ros=None):
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not orphan nodes
         codes = stop_graph(procs)
+        if recorder is not None:
+            counts = recorder.close()
+            ros.close()
+            print(f'recorded {sum(counts.values())} messages to {args.record}: '
+                  + ', '.join(f'{t} {n}' for t, n in counts.items()))
         if rviz is not None and rviz.poll() is None:
             rviz.terminate()
             rviz.wait(timeout=5)
@@ -503,6 +514,8 @@ def build_parser():
     graph_args(p)
     p.add_argument('--rviz', action='store_true', help='also start rviz2 (monitor.rviz)')
     p.add_argument('--dry-run', action='store_true', help='print the commands, start nothing')
+    p.add_argument('--record', default='', metavar='FILE.mcap', help='record the session '
+                   '(supervisor inputs and output, joint_states, safety/state) to MCAP')
     sub.add_parser('status', help='stage, e-stop cause, input ages, loop timing')
     sub.add_parser('estop', help='latch the e-stop (safety_supervisor)')
     sub.add_parser('reset', help='reset a latched e-stop')
