@@ -195,8 +195,9 @@ def format_status(state, diags):
     stage = state.get('stage', {})
     scales = stage.get('stages') or []
     idx = stage.get('stage_index', 0)
+    estop = f'LATCHED ({state.get("estop_cause")})' if state.get('estop') else 'clear'
     lines = [
-        f'e-stop      : {"LATCHED (" + str(state.get("estop_cause")) + ")" if state.get("estop") else "clear"}',
+        f'e-stop      : {estop}',
         f'output      : {state.get("output")} ({state.get("safe_reason") or "forwarding"}), '
         f'mode {state.get("mode")}, safe mode {state.get("safe_mode")}',
         f'stage       : {stage.get("stage")} ({idx + 1 if scales else "?"}/{len(scales) or "?"}),'

@@ -138,8 +138,7 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
     keeper = None
     try:
         # The start service must exist before the supervisor is switched to sysid.
-        client_ok = ros.wait_service(f'{node}/start', node)
-        del client_ok
+        ros.wait_service(f'{node}/start', node)
         ok, message, keeper = select_source(ros, 'sysid', hold=True)
         if not ok:
             return {'ok': False, 'node': node, 'message': f'safety_supervisor: {message}'}

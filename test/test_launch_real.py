@@ -72,13 +72,11 @@ def test_deploy_launch_brings_up_the_graph(indexed, tmp_path):
     try:
         wait_for(lambda: states, 90, what='joint_states from the launched sim_robot')
         assert estop.wait_for_service(timeout_sec=60)
-        names = {n for n, _ in node.get_node_names_and_namespaces()}
         wait_for(lambda: {'sim_robot', 'safety_supervisor', 'policy_runner'} <= {
             n for n, _ in node.get_node_names_and_namespaces()}, 60, what='all three nodes')
         future = estop.call_async(Trigger.Request())
         wait_for(future.done, 10, what='estop answer')
         assert future.result().success, future.result().message
-        del names
     finally:
         spinner.stop()
         rclpy.try_shutdown()
