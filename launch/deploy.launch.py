@@ -5,6 +5,7 @@
     ros2 launch simreal_ros deploy.launch.py robot:=/path/my_robot.yaml use_sim:=false
     ros2 launch simreal_ros deploy.launch.py sysid:=true            # + SysID nodes, sim_bridge
     ros2 launch simreal_ros deploy.launch.py policy:=/path/policy.onnx namespace:=left_arm
+    ros2 launch simreal_ros deploy.launch.py rviz:=true urdf:=/path/my_robot.urdf
 
 The nodes, their parameter files and remaps come from `simreal_ros.graph.build_graph`, the
 same description `simreal up` uses (pip-installed path, no ros2cli needed), so both start the
@@ -29,6 +30,7 @@ ARGUMENTS = (
     ('use_sim_time', 'false', 'all nodes on /clock (sim_robot publishes it)'),
     ('namespace', '', 'namespace of every node (several robots on one DDS domain)'),
     ('rviz', 'false', 'start rviz2 with config/monitor.rviz'),
+    ('urdf', '', 'URDF file: also start robot_state_publisher (the robot model in rviz)'),
 )
 
 
@@ -52,6 +54,17 @@ def _graph_actions(context):
         raise RuntimeError(f'deploy.launch.py: {exc}') from None
     write_overlay(graph)
     actions = [LogInfo(msg=line) for line in graph.describe()]
+    urdf = LaunchConfiguration('urdf').perform(context)
+    if urdf:
+        try:
+            with open(urdf) as f:
+                description = f.read()
+        except OSError as exc:
+            raise RuntimeError(f'deploy.launch.py: urdf:={urdf}: {exc.strerror}') from None
+        actions.append(Node(
+            package='robot_state_publisher', executable='robot_state_publisher',
+            namespace=graph.namespace or None, output='log',
+            parameters=[{'robot_description': description}]))
     for spec in graph.nodes:
         actions.append(Node(
             package='simreal_ros', executable=spec.executable, name=spec.name,

@@ -24,7 +24,8 @@ from simreal_ros.graph import (ALL_NODES, TOOL_PARAMETERS, build_graph, node_par
 
 LAUNCH = REPO / 'launch' / 'deploy.launch.py'
 ROBOTS = sorted((REPO / 'config' / 'robots').glob('*.yaml'))
-ARGUMENTS = {'robot', 'policy', 'use_sim', 'sysid', 'use_sim_time', 'namespace', 'rviz'}
+ARGUMENTS = {'robot', 'policy', 'use_sim', 'sysid', 'use_sim_time', 'namespace', 'rviz',
+             'urdf'}
 
 
 def setup_scripts():
@@ -104,7 +105,7 @@ def run_launch_file(values, monkeypatch):
 
 def launch_values(**over):
     values = {'robot': 'arm3', 'policy': '', 'use_sim': 'true', 'sysid': 'false',
-              'use_sim_time': 'false', 'namespace': '', 'rviz': 'false'}
+              'use_sim_time': 'false', 'namespace': '', 'rviz': 'false', 'urdf': ''}
     values.update(over)
     return values
 
@@ -161,6 +162,7 @@ def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_
     write_overlay(graph, tmp_path / 'up')
     up = {spec.name: (graph.command(spec), node_parameters(graph, spec))
           for spec in graph.nodes}
+    launched = [n for n in launched if n['package'] == 'simreal_ros']
     assert [n['name'] for n in launched] == graph.names()
     assert ('sim_robot' in up) == (opts.get('use_sim') != 'false')
     for node in launched:
@@ -299,3 +301,17 @@ def test_every_parameter_in_the_file_is_declared_by_its_node(path, tmp_path, req
         for f in logs.values():
             f.close()
     assert os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'LOCALHOST'
+
+
+def test_urdf_adds_robot_state_publisher(monkeypatch, tmp_path):
+    urdf = tmp_path / 'arm.urdf'
+    urdf.write_text('<robot name="arm"><link name="base"/></robot>')
+    _, nodes, _ = run_launch_file(launch_values(policy=policy_file(tmp_path), urdf=str(urdf)),
+                                  monkeypatch)
+    rsp = [n for n in nodes if n['package'] == 'robot_state_publisher']
+    assert len(rsp) == 1
+    assert rsp[0]['parameters'] == [{'robot_description': urdf.read_text()}]
+    with pytest.raises(RuntimeError, match='urdf:=.*No such file'):
+        run_launch_file(launch_values(policy=policy_file(tmp_path),
+                                      urdf=str(tmp_path / 'absent.urdf')), monkeypatch)
+
