@@ -420,4 +420,6 @@ def test_watchdog_trip_demotes_stage():
     r.state()
     assert r.sup.tick(r.t).safe
     assert r.sup.stage.scale == 0.5
-    assert r.sup.status(r.t)['inputs']['policy']['watchdog_trips'] == 1
+    info = r.sup.status(r.t)['inputs']['policy']
+    assert info['watchdog_trips'] == 1
+    assert info['trip_past_timeout_ms'] == pytest.approx((0.07 - 0.06) * 1e3)

@@ -60,6 +60,7 @@ class Watchdog:
         self.received = 0
         self.trips = 0
         self.was_stale = False
+        self.late_at_trip = None
 
     def feed(self, stamp, now):
         self.stamp = float(stamp)
@@ -96,6 +97,10 @@ class Watchdog:
         reason = self.stale(now)
         newly = reason is not None and not self.was_stale and self.ever
         self.trips += int(newly)
+        if newly:  # how far past the timeout the trip was seen (detection delay)
+            stamp_age, arrival_age = self.ages(now)
+            ages = [arrival_age] + ([stamp_age] if self.check_stamp else [])
+            self.late_at_trip = max(ages) - self.timeout
         self.was_stale = reason is not None
         return reason, newly
 
@@ -485,7 +490,9 @@ class Supervisor:
             s, a = dog.ages(now)
             ages[k] = {'stamp_age_ms': None if math.isinf(s) else round(s * 1e3, 2),
                        'arrival_age_ms': None if math.isinf(a) else round(a * 1e3, 2),
-                       'received': dog.received, 'watchdog_trips': dog.trips}
+                       'received': dog.received, 'watchdog_trips': dog.trips,
+                       'trip_past_timeout_ms': (None if dog.late_at_trip is None
+                                                else round(dog.late_at_trip * 1e3, 2))}
         stage = self.stage.to_dict()
         stage['transitions'] = stage['transitions'][-10:]
         stage['clean_for_s'] = round(self.stage.clean_for(now), 3)
