@@ -364,12 +364,18 @@ def cmd_export(args, ros):
 
 
 # -- up -----------------------------------------------------------------------------------
-def start_graph(graph, log_dir=None, env=None, quiet=False):
-    """Start every node of `graph` as its own process; return [(spec, Popen, log path)]."""
+def start_graph(graph, log_dir=None, env=None, quiet=False, only=None):
+    """Start the nodes of `graph` (those named in `only`, default all) as processes.
+
+    The overlay file is written once per graph. Returns [(spec, Popen, log path)].
+    """
     from simreal_ros.graph import write_overlay
-    write_overlay(graph, log_dir)
+    if graph.overlay_path is None:
+        write_overlay(graph, log_dir)
     procs = []
     for spec in graph.nodes:
+        if only is not None and spec.name not in only:
+            continue
         log = None
         if log_dir:
             log = os.path.join(str(log_dir), f'{spec.name}.log')
@@ -407,7 +413,7 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def stop_graph(procs, timeout=10.0):
+def stop_graph(procs, timeout=15.0):
     """Stop the processes in reverse start order: SIGTERM (a clean rclpy shutdown), SIGKILL."""
     codes = {}
     for spec, proc, _ in reversed(procs):

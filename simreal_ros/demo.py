@@ -26,6 +26,7 @@ import sys
 import time
 import traceback
 
+LATER = ('friction_id', 'inertia_id', 'latency_id', 'sim_bridge')
 DEMO_DWELL_S = 1.5         # stage dwell for the demo (the robot files say 5 s)
 DEFAULT_DOMAIN = '71'
 
@@ -48,6 +49,7 @@ class Demo:
         self.ros = None
         self.recorder = None
         self.graph = None
+        self.later = []
         self.t0 = time.monotonic()
         self.log = open(self.out / 'demo.log', 'w')
 
@@ -124,17 +126,32 @@ class Demo:
                                'without it')
         logs = self.out / 'logs'
         logs.mkdir(exist_ok=True)
-        self.procs = start_graph(self.graph, log_dir=logs, quiet=True)
+        # The SysID nodes and sim_bridge start when their step comes: on a 2-core machine
+        # fewer processes during the stage promotion leave the control loops their CPU.
+        self.later = [n for n in self.graph.names() if n in LATER]
+        first = [n for n in self.graph.names() if n not in LATER]
+        self.procs = start_graph(self.graph, log_dir=logs, quiet=True, only=first)
         self.ros = Ros(self.graph.namespace, use_sim_time=sim_time)
         from simreal_ros.record import SessionRecorder
         self.recorder = SessionRecorder(self.ros.node, self.out / 'session.mcap',
                                         self.graph.namespace)
-        names = [s.name for s in self.graph.nodes]
+        names = first
         self.wait(lambda: self._all_up(names), 120, f'nodes {names} to come up')
         self.wait(lambda: self.state(1.0).get('output') != 'waiting', 60,
                   'joint_states at safety_supervisor')
-        return (f'{len(names)} nodes up ({", ".join(names)}); logs in {logs}; recording '
-                f'{self.out / "session.mcap"}')
+        later = f'; {", ".join(self.later)} start with the SysID step' if self.later else ''
+        return (f'{len(names)} nodes up ({", ".join(names)}){later}; logs in {logs}; '
+                f'recording {self.out / "session.mcap"}')
+
+    def start_later(self):
+        """Start the SysID nodes and sim_bridge (same graph, same overlay) and wait for them."""
+        from simreal_ros.cli import start_graph
+        if not self.later:
+            return
+        names, self.later = self.later, []
+        self.procs += start_graph(self.graph, log_dir=self.out / 'logs', quiet=True, only=names)
+        self.wait(lambda: self._all_up(names), 120, f'nodes {names} to come up')
+        self.say(f'    started {", ".join(names)}')
 
     def _all_up(self, names):
         dead = [s.name for s, p, _ in self.procs if p.poll() is not None]
@@ -162,6 +179,7 @@ class Demo:
                  if self.graph.node(n)]
         if not nodes:
             raise Skip('friction_id, inertia_id, latency_id not available')
+        self.start_later()
         lines, ok = [], True
         self.facts['sysid'] = {}
         if self.graph.node('policy_runner'):
@@ -191,6 +209,7 @@ class Demo:
         from simreal_ros import sysid_client
         if not self.graph.node('sim_bridge'):
             raise Skip('sim_bridge not available')
+        self.start_later()
         results = [r for r in (self.facts.get('sysid') or {}).values() if r.get('results')]
         if not results:
             raise RuntimeError('no SysID results to push (see the SysID step)')
@@ -208,6 +227,7 @@ class Demo:
         from simreal_ros import sysid_client
         if not self.graph.node('sim_bridge'):
             raise Skip('sim_bridge not available')
+        self.start_later()
         gap = sysid_client.evaluate_gap(self.ros)
         self.facts['gap'] = {k: v for k, v in gap.items() if k not in ('nominal', 'identified')}
         for line in sysid_client.format_gap(gap):
@@ -221,6 +241,7 @@ class Demo:
         from simreal_ros import sysid_client
         if not self.graph.node('sim_bridge'):
             raise Skip('sim_bridge not available')
+        self.start_later()
         result = sysid_client.bridge_call(self.ros, 'export')
         self.facts['export'] = result
         if not result.get('ok'):
