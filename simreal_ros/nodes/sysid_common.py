@@ -15,6 +15,7 @@ import json
 import math
 import os
 import threading
+import time
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -94,6 +95,7 @@ class SysidNode(Node):
         self.latest = None            # (arrival ROS time, q, qd, tau)
         self.supervisor = None        # last safety/state mapping
         self.status = 'idle'
+        self.waiting_reset = False
         self.last_result = None
         self._last_progress = -math.inf
         self._lock = threading.Lock()
@@ -158,8 +160,9 @@ class SysidNode(Node):
         p['sweep_half_range'] = declare(self, 'sweep_half_range', 0.6, 'largest excursion each '
                                         'side of hold_position (rad)', low=0.01, high=3.0,
                                         read_only=True)
-        p['joint_states_timeout_s'] = declare(self, 'joint_states_timeout_s', 0.2, 'stop when '
-                                              'joint_states are older (s)', low=0.01,
+        p['joint_states_timeout_s'] = declare(self, 'joint_states_timeout_s', 0.3, 'stop when '
+                                              'no joint_states arrived for this long (s, '
+                                              'steady clock)', low=0.01,
                                               high=5.0, read_only=True)
         p['simulation_dt'] = declare(self, 'simulation_dt', 0.001, 'step of the joint '
                                      'simulation the latency estimate aligns with (s)',
@@ -188,7 +191,9 @@ class SysidNode(Node):
             return
         now = self.get_clock().now().nanoseconds * 1e-9
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        self.latest = (now, q, qd, tau)
+        # Freshness by arrival on a steady clock: a simulator catching up on /clock makes ROS
+        # time jump, which is not a sensor outage.
+        self.latest = (time.monotonic(), q, qd, tau)
         session = self.session
         if session is not None:
             session.add_sample(stamp if stamp > 0 else now, q, qd, tau)
@@ -199,14 +204,14 @@ class SysidNode(Node):
         except ValueError:
             self.get_logger().warn(f'unreadable {self.p["supervisor_state_topic"]} message')
 
-    def _supervisor_problem(self):
+    def _supervisor_problem(self, starting=False):
         if not self.p['require_supervisor']:
             return None
         s = self.supervisor
         if s is None:
             return (f'no safety_supervisor state on {self.p["supervisor_state_topic"]}: start '
                     'safety_supervisor (or set require_supervisor:=false for a bench test)')
-        if s.get('estop'):
+        if s.get('estop') and not (starting and s.get('mode') == 'sysid'):
             return f'safety_supervisor e-stop is latched ({s.get("estop_cause")})'
         if s.get('mode') != 'sysid':
             return ('safety_supervisor forwards the policy, not sysid: ros2 service call '
@@ -224,12 +229,15 @@ class SysidNode(Node):
     def _start(self):
         if self.session is not None:
             return False, f'already running ({self.status}); call ~/abort first'
-        now = self._now()
-        if self.latest is None or now - self.latest[0] > self.p['joint_states_timeout_s']:
+        if self.latest is None or (time.monotonic() - self.latest[0]
+                                   > self.p['joint_states_timeout_s']):
             return False, 'no fresh joint_states: is the robot (or sim_robot) running?'
-        problem = self._supervisor_problem()
+        problem = self._supervisor_problem(starting=True)
         if problem:
             return False, problem
+        # Selected but still latched (estop -> select_sysid -> start -> reset): hold the pose
+        # until the reset, which needs our fresh commands near the state; the clock waits.
+        self.waiting_reset = bool(self.p['require_supervisor'] and self.supervisor.get('estop'))
         scale = 1.0
         if self.supervisor is not None:
             scale = float(self.supervisor.get('stage', {}).get('stage', 1.0))
@@ -247,8 +255,10 @@ class SysidNode(Node):
         self.workers = []
         self.session = session
         self.status = 'running'
+        wait = ('; holding the pose until ros2 service call /safety/reset'
+                if self.waiting_reset else '')
         return True, (f'{self.KIND} identification of {self.joints} started: '
-                      f'{session.total:.0f} s of robot time at stage scale {scale:.2f}')
+                      f'{session.total:.0f} s of robot time at stage scale {scale:.2f}{wait}')
 
     def _srv_abort(self, request, response):
         with self._lock:
@@ -278,14 +288,27 @@ class SysidNode(Node):
             if session is None:
                 return
             now = self._now()
-            if self.latest is None or now - self.latest[0] > self.p['joint_states_timeout_s']:
+            if self.latest is None or (time.monotonic() - self.latest[0]
+                                       > self.p['joint_states_timeout_s']):
                 self._stop('joint_states stale')
                 return
-            problem = self._supervisor_problem()
+            if self.waiting_reset:
+                problem = self._supervisor_problem(starting=True)
+                if problem is None and not self.supervisor.get('estop'):
+                    self.waiting_reset = False
+                    self.get_logger().info('e-stop reset: experiment clock starts')
+            problem = None if self.waiting_reset else self._supervisor_problem()
             if problem:
                 self._stop(problem)
                 return
-            names, pos, vel, eff = session.command(now)
+            if self.waiting_reset:
+                names, pos, vel, eff = session.first_command()
+                if now - self._last_progress >= 0.5:
+                    self._last_progress = now
+                    info = dict(session.progress(now), phase='waiting for /safety/reset')
+                    self._publish_progress(info)
+            else:
+                names, pos, vel, eff = session.command(now)
             msg = JointState()
             msg.header.stamp = self.get_clock().now().to_msg()
             msg.name = list(names)
@@ -293,6 +316,8 @@ class SysidNode(Node):
             msg.velocity = [float(v) for v in vel]
             msg.effort = [float(v) for v in eff]
             self.pub_cmd.publish(msg)
+            if self.waiting_reset:
+                return
             if session.joint_over(now):
                 work = session.finish_joint()
                 worker = threading.Thread(target=work, daemon=True)

@@ -209,7 +209,7 @@ class _Builder:
         self.append(pos[1:], vel[1:])
 
     def joint_move(self, goal, speed, seg, settle):
-        """Trapezoidal move of the tested joint; constant-speed rows after `settle` s are steady."""
+        """Trapezoidal move of the tested joint; constant-speed rows after `settle` are steady."""
         last = self.pos[-1][-1]
         start = last[self.i]
         dist = goal - start

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import math
 
 import numpy as np
-from scipy import optimize, signal, stats
+from scipy import signal, stats
 
 from simreal_ros.core.sysid.model import simulate_joint
 
@@ -165,6 +165,18 @@ def _check_saturation(tau, limit, mask, joint):
                                   'amplitude or speeds')
 
 
+def _after_command_gaps(rec, settle):
+    """Samples from a gap in the commands (> 2.5 nominal periods) until `settle` s after."""
+    dt = np.diff(rec.cmd_t)
+    out = np.zeros(len(rec.t), dtype=bool)
+    if dt.size == 0:
+        return out
+    nominal = float(np.median(dt))
+    for k in np.nonzero(dt > 2.5 * nominal)[0]:
+        out |= (rec.t >= rec.cmd_t[k]) & (rec.t <= rec.cmd_t[k + 1] + settle)
+    return out
+
+
 def _r2(y, r):
     var = float(np.var(y))
     return 1.0 - float(np.var(r)) / var if var > 0 else 0.0
@@ -173,10 +185,9 @@ def _r2(y, r):
 def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.0):
     """Coulomb and viscous friction from constant-velocity sweeps in both directions.
 
-    Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + b + Ja*qdd, on settled
-    constant-velocity samples; tau_rigid is the nominal model's inverse dynamics (gravity,
-    coupling), b a torque offset (sensor bias, gravity model error) and Ja the unknown
-    armature, both nuisance terms reported as notes.
+    Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + b, on settled constant-velocity
+    samples; tau_rigid is the nominal model's inverse dynamics (gravity, coupling), b a torque
+    offset (sensor bias, gravity model error), fitted and reported as a note.
     """
     rec.validate()
     i = experiment.index
@@ -199,8 +210,10 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
                                       f'measured {moved:+.4f} rad/s (blocked, at a limit or '
                                       'the command did not reach the robot)')
     # Constant velocity by the clock and by the measurement (a late command or a bump leaves
-    # the joint off its speed for a moment: those samples are not steady state).
+    # the joint off its speed for a moment: those samples are not steady state), and not
+    # within 0.2 s after a gap in the commands (a late command makes the target jump).
     steady = steady & (np.abs(qd_i - speed) <= 0.25 * np.abs(speed))
+    steady &= ~_after_command_gaps(rec, 0.2)
     if np.count_nonzero(steady) < 50:
         raise IdentificationError('not enough excitation', f'{joint}: only '
                                   f'{np.count_nonzero(steady)} samples at the commanded speeds')
@@ -210,10 +223,7 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
     qddf = np.gradient(qdf, rec.t, axis=0)
     rigid = nominal.inverse_dynamics(qf[steady], qdf[steady], qddf[steady])[:, i]
     y = rec.effort[steady, i] - rigid
-    # qdd: the joint's own (armature) inertia, a nuisance term; near zero in clean sweeps,
-    # not when late commands jolt the joint.
-    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], np.ones(len(y)),
-                         qddf[steady, i]])
+    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], np.ones(len(y))])
     theta, cov, r, cond, lag = ols_hac(X, y)
     std = np.sqrt(np.diag(cov))
     if theta[0] <= 0 or theta[1] < -3 * std[1]:
@@ -226,8 +236,8 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
                                         method)}
     return Fit('friction', joint, est, float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r))),
                _r2(y, r), cond, len(y),
-               {'torque_offset': float(theta[2]), 'armature_nuisance': float(theta[3]),
-                'hac_lag': lag, 'speeds': [float(v) for v in speeds]})
+               {'torque_offset': float(theta[2]), 'hac_lag': lag,
+                'speeds': [float(v) for v in speeds]})
 
 
 def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None,
@@ -237,8 +247,8 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
     Model: tau - tau_rigid = Ja*qdd + Fv*qd + Fc*sign(qd) + b (+ a time-offset term), with
     the same zero-phase filter on torque and every regressor column; samples near zero
     velocity (where dry friction sticks) are left out. The interval adds, to the Newey-West
-    part, how far the estimate moves with the filter cut-off. Effective inertia = Ja + the nominal link inertia at the
-    pose (mj_fullM diagonal).
+    part, how far the estimate moves with the filter cut-off. Effective inertia = Ja + the
+    nominal link inertia at the pose (mj_fullM diagonal).
     """
     rec.validate()
     i = experiment.index

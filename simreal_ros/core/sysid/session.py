@@ -79,6 +79,11 @@ class SysidSession:
             self.cmd_log.append((now - self.t0, k))
         return exp.names, exp.position[k], exp.velocity[k], exp.effort[k]
 
+    def first_command(self):
+        """The first row (the pose the robot is at), sent while the run waits to begin."""
+        exp = self.experiments[0]
+        return exp.names, exp.position[0], exp.velocity[0], exp.effort[0]
+
     def add_sample(self, stamp, q, qd, tau):
         """Log a measurement (joint order of the settings; stamp on the command clock)."""
         if self.t0 is not None and not self.commanding_done:
