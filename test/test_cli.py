@@ -26,7 +26,8 @@ def simreal(*args, env=None, timeout=60):
     (['reset'], 'safety_supervisor', '/safety/reset'),
     (['stage', 'next'], 'safety_supervisor', '/safety/advance_stage'),
     (['enable'], 'policy_runner', '/policy_runner/enable'),
-    (['gap'], 'sim_bridge', '/sim_bridge/gap'),
+    (['gap'], 'sim_bridge', '/sim_bridge/evaluate_gap'),
+    (['export'], 'sim_bridge', '/sim_bridge/export'),
     (['-n', 'left', 'disable'], 'policy_runner', '/left/policy_runner/enable'),
 ])
 def test_a_missing_node_is_named_not_a_traceback(argv, node, service):
