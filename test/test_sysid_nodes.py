@@ -171,7 +171,8 @@ def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
     sup.update(use_sim_time=True, stages=[1.0], joint_states_timeout_s=1.0,
                sysid_timeout_s=1.0)
     section = dict(data['friction_id_strict']['ros__parameters'],
-                   command_topic='sysid/command', results_dir=str(tmp_path / 'results'))
+                   command_topic='sysid/command', results_dir=str(tmp_path / 'results'),
+                   friction_speeds=[0.1, 0.2])   # ~20 s: the e-stop lands mid-run
     data['friction_id_strict'] = {'ros__parameters': section}
     strict_path = tmp_path / 'with_supervisor.yaml'
     strict_path.write_text(yaml.dump(data, Dumper=NoAliasDumper))
