@@ -256,7 +256,7 @@ class Demo:
         resp = self.ros.set_bool('policy_runner/enable', True, 'policy_runner')
         if not resp.success:
             raise RuntimeError(resp.message)
-        ok, message, _ = sysid_client.select_source(self.ros, 'policy')
+        ok, message = sysid_client.select_source(self.ros, 'policy')
         if not ok:
             raise RuntimeError(f'safety_supervisor: {message}')
         scales = self.state()['stage']['stages']

@@ -6,10 +6,10 @@ The interfaces used (relative to the graph's namespace; see simreal_ros.nodes.sy
   `<kind>_id/progress` (`experiment`, `joint`, `phase`, `percent`, `time_left_s`; phase `done`
   or `aborted` at the end); the result as YAML text, latched, on `sysid/result` (shared by the
   three nodes; `experiment` tells which).
-- safety_supervisor forwards one source: a SysID run needs `safety/estop`,
-  `safety/select_sysid true`, `safety/reset`; the reset needs a fresh command near the measured
-  pose from the sysid source, so this client holds the current pose on `sysid/command` (the
-  supervisor's input, never `hardware/command`) until the experiment has started.
+- safety_supervisor forwards one source: a SysID run is `safety/estop`,
+  `safety/select_sysid true`, `<kind>_id/start` (the node holds the pose while the e-stop is
+  latched), `safety/reset` (which needs those fresh commands near the measured pose). This
+  client never publishes commands itself.
 - sim_bridge: per-joint parameters `joints.<joint>.damping|frictionloss|armature` (+
   `_half_width`) and `latency_s`; `sim_bridge/evaluate_gap` (Trigger; the result JSON latched on
   `sim_bridge/gap`, nominal and identified model); `sim_bridge/export` (Trigger, JSON paths).
@@ -17,7 +17,6 @@ The interfaces used (relative to the graph's namespace; see simreal_ros.nodes.sy
 A node or service that is not there raises `Missing` naming it: never a traceback.
 """
 import json
-import threading
 import time
 
 import yaml
@@ -47,52 +46,6 @@ def _parse(text):
     return out if isinstance(out, dict) else {'message': text}
 
 
-class PoseHold:
-    """Publish the measured pose on `<source>/command` at 100 Hz (a supervisor input)."""
-
-    def __init__(self, ros, source='sysid'):
-        from sensor_msgs.msg import JointState
-        from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS
-        self.ros = ros
-        self.state = None
-        self.sub = ros.node.create_subscription(JointState, _join(ros, 'joint_states'),
-                                                self._on_state, SENSOR_SUB_QOS)
-        self.pub = ros.node.create_publisher(JointState, _join(ros, f'{source}/command'),
-                                             COMMAND_QOS)
-        self.pose = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _on_state(self, msg):
-        self.state = msg
-
-    def start(self, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while self.state is None:
-            if time.monotonic() > deadline:
-                self.close()
-                raise _missing('no joint_states: is sim_robot (or the robot driver) running?')
-            time.sleep(0.01)
-        self.pose = (list(self.state.name), list(self.state.position))
-        self._thread.start()
-        return self
-
-    def _loop(self):
-        from sensor_msgs.msg import JointState
-        while not self._stop.wait(0.01):
-            msg = JointState(name=self.pose[0], position=self.pose[1],
-                             velocity=[0.0] * len(self.pose[0]))
-            msg.header.stamp = self.ros.node.get_clock().now().to_msg()
-            self.pub.publish(msg)
-
-    def close(self):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2)
-        self.ros.node.destroy_subscription(self.sub)
-        self.ros.node.destroy_publisher(self.pub)
-
-
 def reset_until(ros, timeout=15.0):
     """Call safety/reset until it succeeds (inputs fresh) or `timeout`; return (ok, message)."""
     deadline = time.monotonic() + timeout
@@ -103,23 +56,17 @@ def reset_until(ros, timeout=15.0):
         time.sleep(0.2)   # the refusal names a stale input: give it a few ticks
 
 
-def select_source(ros, source, hold=False):
+def select_source(ros, source):
     """Make safety_supervisor forward `source` ('policy'/'sysid'): estop, select, reset.
 
-    With hold=True the current pose is held on `<source>/command` while resetting (the caller
-    gets the PoseHold and closes it once the real source publishes). Returns (ok, message,
-    hold or None).
+    The reset needs fresh commands from that source near the measured pose. Returns
+    (ok, message).
     """
     ros.trigger('safety/estop', 'safety_supervisor')
     resp = ros.set_bool('safety/select_sysid', source == 'sysid', 'safety_supervisor')
     if not resp.success:
-        return False, resp.message, None
-    keeper = PoseHold(ros, source).start() if hold else None
-    ok, message = reset_until(ros)
-    if not ok and keeper is not None:
-        keeper.close()
-        keeper = None
-    return ok, message, keeper
+        return False, resp.message
+    return reset_until(ros)
 
 
 def run(ros, node, joints=None, timeout=900.0, progress=None):
@@ -135,21 +82,29 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
                                          LATCHED_QOS)
     sub_p = ros.node.create_subscription(String, _join(ros, PROGRESS_TOPIC.format(node=node)),
                                          lambda m: updates.append(m.data), 10)
-    keeper = None
     try:
-        # The start service must exist before the supervisor is switched to sysid.
+        # estop -> select_sysid -> start (the node holds the pose) -> reset: the reset needs
+        # fresh sysid commands near the measured pose, which the started node provides.
         ros.wait_service(f'{node}/start', node)
-        ok, message, keeper = select_source(ros, 'sysid', hold=True)
-        if not ok:
-            return {'ok': False, 'node': node, 'message': f'safety_supervisor: {message}'}
+        ros.trigger('safety/estop', 'safety_supervisor')
+        resp = ros.set_bool('safety/select_sysid', True, 'safety_supervisor')
+        if not resp.success:
+            return {'ok': False, 'node': node, 'message': f'safety_supervisor: {resp.message}'}
         t_start = time.monotonic()
-        resp = ros.trigger(f'{node}/start', node, timeout=30.0)
-        keeper.close()
-        keeper = None
+        while True:   # the node sees the new mode on safety/state a moment later
+            resp = ros.trigger(f'{node}/start', node, timeout=30.0)
+            if resp.success or 'forwards the policy' not in resp.message \
+                    or time.monotonic() - t_start > 10.0:
+                break
+            time.sleep(0.2)
         if not resp.success:
             return {'ok': False, 'node': node, 'message': resp.message}
         if progress:
             progress(0.0, resp.message)
+        ok, message = reset_until(ros)
+        if not ok:
+            ros.trigger(f'{node}/abort', node)
+            return {'ok': False, 'node': node, 'message': f'safety_supervisor: {message}'}
         deadline = t_start + timeout
         while time.monotonic() < deadline:
             fresh = [_parse(d) for t, d in results if t > t_start]
@@ -173,8 +128,6 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
         ros.trigger(f'{node}/abort', node)
         raise _missing(f'{node}: no result on {RESULT_TOPIC} within {timeout:g} s (aborted)')
     finally:
-        if keeper is not None:
-            keeper.close()
         ros.node.destroy_subscription(sub_r)
         ros.node.destroy_subscription(sub_p)
 
