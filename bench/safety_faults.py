@@ -179,8 +179,14 @@ def sc_policy_killed(tmp, args):
         proc = subprocess.Popen([sys.executable, __file__, '--as-policy'], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            wait_for(lambda: rig.probe.get('output') == 'forwarding', 60,
-                     what='forwarding from the policy process')
+            def forwarding():   # a bring-up e-stop (load) is reset and counted
+                if rig.probe.get('output') == 'forwarding':
+                    return True
+                if rig.probe.get('estop') and rig.probe.call(
+                        rig.probe.clients['reset']).success:
+                    Rig.setup_resets += 1
+                return False
+            wait_for(forwarding, 60, interval=0.2, what='forwarding from the policy process')
             time.sleep(0.5)
             proc.kill()
             killed = time.monotonic()
