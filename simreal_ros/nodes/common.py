@@ -4,7 +4,7 @@ import sys
 
 import rclpy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy)
 
 from simreal_ros.core.config import ConfigError
@@ -47,14 +47,21 @@ def stamp_to_sec(stamp):
 
 
 def run(node_class, args=None):
-    """Spin one node in a MultiThreadedExecutor; configuration errors exit 2 with a clear line."""
+    """Spin one node; configuration errors exit 2 with a clear line.
+
+    A SingleThreadedExecutor: with rclpy 9 (Kilted) a MultiThreadedExecutor starved a 500 Hz
+    timer and the subscriptions sharing its callback group as soon as messages arrived
+    (sim_robot fell from 500 to ~5 ticks/s, commands were lost). No node makes blocking calls
+    inside callbacks (services answer at once, SysID maths runs in a worker thread), so one
+    thread serves them all, in arrival order.
+    """
     rclpy.init(args=args)
     node = None
     executor = None
     code = 0
     try:
         node = node_class()
-        executor = MultiThreadedExecutor(num_threads=2)
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()
     except ConfigError as exc:
