@@ -44,8 +44,9 @@ def plant_section(config):
 
 def read_truth(path, n):
     data = read_yaml(path)
-    if isinstance(data, dict) and 'sim_robot' in data:
-        data = data['sim_robot'].get('ros__parameters', {}).get('plant', {})
+    section = isinstance(data, dict) and (data.get('/**/sim_robot') or data.get('sim_robot'))
+    if section:
+        data = section.get('ros__parameters', {}).get('plant', {})
     elif isinstance(data, dict) and 'plant' in data:
         data = data['plant']
     return PlantTruth.from_mapping(data, n, source=str(path))

@@ -6,6 +6,7 @@ import os
 
 import pytest
 import yaml
+from datetime import datetime, timezone
 
 from rosproc import NodeProcess, Spinner, wait_for
 
@@ -31,7 +32,7 @@ def setup(tmp_path_factory):
     with open(CONFIG) as f:
         data = yaml.safe_load(f)
     sim_section(data)['ros__parameters'].update(publish_clock=True)
-    section = data['friction_id']['ros__parameters']
+    section = data['/**/friction_id']['ros__parameters']
     section.update(require_supervisor=False, command_topic='hardware/command',
                    results_dir=str(tmp / 'results'), joints=['elbow_pitch'],
                    sweep_half_range=0.3, friction_speeds=[0.3, 0.8],
@@ -47,6 +48,13 @@ def setup(tmp_path_factory):
 class Client:
     """Test-side node: services of one SysID node, its progress, sysid/result, commands."""
 
+    def _on_result(self, msg):
+        # sysid/result is latched: a node of an earlier test that is still shutting down may
+        # deliver its result to this test's client. Only results finished after it count.
+        finished = yaml.safe_load(msg.data).get('finished')
+        if finished is None or datetime.fromisoformat(str(finished)) >= self.started:
+            self.results.append(msg.data)
+
     def __init__(self, node_name):
         import rclpy
         from sensor_msgs.msg import JointState
@@ -57,8 +65,8 @@ class Client:
             rclpy.init()
         self.node = rclpy.create_node(f'sysid_test_client_{os.getpid()}')
         self.results, self.progress, self.commands = [], [], []
-        self.node.create_subscription(String, 'sysid/result',
-                                      lambda m: self.results.append(m.data), LATCHED_QOS)
+        self.started = datetime.now(timezone.utc)
+        self.node.create_subscription(String, 'sysid/result', self._on_result, LATCHED_QOS)
         self.node.create_subscription(String, f'/{node_name}/progress',
                                       lambda m: self.progress.append(json.loads(m.data)), 50)
         self.node.create_subscription(JointState, 'hardware/command',
@@ -167,7 +175,7 @@ def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
     path, _, _ = setup
     with open(path) as f:
         data = yaml.safe_load(f)
-    sup = data['safety_supervisor']['ros__parameters']
+    sup = data['/**/safety_supervisor']['ros__parameters']
     sup.update(use_sim_time=True, stages=[1.0], joint_states_timeout_s=1.0,
                sysid_timeout_s=1.0)
     section = dict(data['friction_id_strict']['ros__parameters'],
