@@ -36,7 +36,10 @@ setup(
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
     ] + tree('launch') + tree('config') + tree('models'),
-    install_requires=['setuptools', 'numpy', 'scipy', 'pyyaml', 'mujoco', 'onnxruntime'],
+    # mujoco[sysid]: sim_bridge's refinement uses MuJoCo's own sysid toolbox (and matplotlib);
+    # mcap: recordings; onnx: the demo's generated stand-in policy for the embedded arm.
+    install_requires=['setuptools', 'numpy', 'scipy', 'pyyaml', 'mujoco[sysid]', 'onnxruntime',
+                      'onnx', 'cma', 'mcap', 'mcap-ros2-support'],
     extras_require={
         'test': ['pytest', 'hypothesis', 'onnx'],
     },
