@@ -134,7 +134,10 @@ def main():
 
             def hold_loop():
                 while not stop_hold.is_set():
-                    hold.publish(JointState(name=names, position=default.tolist()))
+                    # Stamped: the supervisor's watchdog takes an unstamped command as stale.
+                    msg = JointState(name=names, position=default.tolist())
+                    msg.header.stamp = node.get_clock().now().to_msg()
+                    hold.publish(msg)
                     stop_hold.wait(0.005)
             threading.Thread(target=hold_loop, daemon=True).start()
         procs.append(NodeProcess('sim_robot', params_file=CONFIG,

@@ -67,6 +67,8 @@ class SimRobot(Node):
                               command_timeout=p['command_timeout_s'], seed=p['seed'],
                               initial_position=p['initial_position'] or None)
         self.rtf = p['real_time_factor']
+        self.hold_until_command = p['hold_until_command']
+        self._commanded = False
         self.publish_clock = p['publish_clock']
         self._lockstep_init(p)   # lockstep mode (issue 6): implies publish_clock
         self.model_path = model_path
@@ -136,6 +138,10 @@ class SimRobot(Node):
                                                     Parameter.Type.DOUBLE_ARRAY,
                                                     'initial joint positions (rad); empty = model')
         p['seed'] = declare(self, 'seed', 0, 'sensor noise seed', low=0, read_only=True)
+        p['hold_until_command'] = declare(self, 'hold_until_command', False, 'do not advance '
+                                          'the physics until the first valid command arrives '
+                                          '(a robot in its gantry; state is still published)',
+                                          read_only=True)
         p['plant_enabled'] = declare(self, 'plant_enabled', True, 'apply the hidden plant truth',
                                      read_only=True)
         for key in PLANT_ARRAYS:
@@ -171,6 +177,7 @@ class SimRobot(Node):
             return
         with self._lock:
             self.plant.submit(cmd, self._arrival_time())
+            self._commanded = True
 
     def _arrival_time(self):
         """Map the wall-clock arrival to simulated time (the physics is computed lazily)."""
@@ -187,6 +194,12 @@ class SimRobot(Node):
         the periods it missed are simulated and published now (as a driver's buffered
         messages arrive in a burst), so simulated time keeps pace with the wall clock.
         """
+        if self.hold_until_command and not self._commanded:
+            # As a robot hanging in its gantry: time stands still until the controller is up.
+            with self._lock:
+                reading = self.plant.measure()
+            self._publish(reading)
+            return
         now = time.perf_counter()
         if self._wall_start is None or self.rtf <= 0:
             self._wall_start = now - self._periods_done * self.period / max(self.rtf, 1e-9)
