@@ -91,9 +91,12 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
         if not resp.success:
             return {'ok': False, 'node': node, 'message': f'safety_supervisor: {resp.message}'}
         t_start = time.monotonic()
-        while True:   # the node sees the new mode on safety/state a moment later
+        # A node just started may not have seen joint_states or the latched safety/state yet,
+        # and sees the new mode a moment later: those refusals are retried for 10 s.
+        transient = ('forwards the policy', 'no fresh joint_states', 'no safety_supervisor state')
+        while True:
             resp = ros.trigger(f'{node}/start', node, timeout=30.0)
-            if resp.success or 'forwards the policy' not in resp.message \
+            if resp.success or not any(t in resp.message for t in transient) \
                     or time.monotonic() - t_start > 10.0:
                 break
             time.sleep(0.2)
