@@ -19,24 +19,13 @@ import numpy as np
 
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.sysid.estimators import Recording
+from simreal_ros.core.sysid.records import JOINT_STATE_DEF
 
 COMMAND_TOPICS = ('hardware/command', 'sysid/command')
 STATE_TOPIC = 'joint_states'
 
-JOINT_STATE_MSGDEF = """std_msgs/Header header
-string[] name
-float64[] position
-float64[] velocity
-float64[] effort
-================================================================================
-MSG: std_msgs/Header
-builtin_interfaces/Time stamp
-string frame_id
-================================================================================
-MSG: builtin_interfaces/Time
-int32 sec
-uint32 nanosec
-"""
+# One definition of the message schema for every MCAP file the package writes.
+JOINT_STATE_MSGDEF = JOINT_STATE_DEF
 
 
 def _stamp(ns):
