@@ -44,8 +44,9 @@ from simreal_ros.core.sysid.runner import identify_joint  # noqa: E402
 def plant_truth(config, names, truth_path):
     if truth_path:
         data = read_yaml(truth_path)
-        if isinstance(data, dict) and 'sim_robot' in data:
-            data = data['sim_robot'].get('ros__parameters', {}).get('plant', {})
+        section = isinstance(data, dict) and (data.get('/**/sim_robot') or data.get('sim_robot'))
+        if section:
+            data = section.get('ros__parameters', {}).get('plant', {})
         elif isinstance(data, dict) and 'plant' in data:
             data = data['plant']
         return PlantTruth.from_mapping(data, len(names), source=str(truth_path))
@@ -143,11 +144,22 @@ def main(argv=None):
     half = np.array([min(0.45, 0.3 * (r[j, 1] - r[j, 0]) / 2) for j in
                      [session.replayer.model().dof_jntid[d] for d in dof]])
     centre = np.zeros(len(names))
-    ident = record_run(plant, multisine_run(names, centre, half, (0.3, 2.5), args.id_duration,
-                                            nominal=nominal_model, seed=101))
-    held = record_run(plant, multisine_run(names, centre, 0.7 * half, (0.8, 5.0),
-                                           args.eval_duration, nominal=nominal_model,
-                                           seed=202))
+    sup = load_node_params(config, 'safety_supervisor')
+    vlim = np.asarray(sup.get('velocity_limit', [np.inf] * len(names)), float)
+
+    def run(amplitude, band, duration, seed):
+        """Multi-sine inside 0.8 x the supervisor's velocity limit (as a deployment would be)."""
+        sched = multisine_run(names, centre, amplitude, band, duration, nominal=nominal_model,
+                              seed=seed)
+        peak = np.max(np.abs(sched.velocity), axis=0)
+        shrink = np.minimum(1.0, 0.8 * vlim / peak)
+        if np.any(shrink < 1.0):
+            sched = multisine_run(names, centre, amplitude * shrink, band, duration,
+                                  nominal=nominal_model, seed=seed)
+        return record_run(plant, sched)
+
+    ident = run(half, (0.3, 2.5), args.id_duration, 101)
+    held = run(0.7 * half, (0.8, 5.0), args.eval_duration, 202)
 
     # 3. Refinement.
     refined = refine(session.replayer, [ident], start, skip_s=session.skip_s,
