@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from simreal_ros.core.bridge import BridgeSession, JointParams  # noqa: E402
 from simreal_ros.core.bridge.excite import multisine_run, record_run  # noqa: E402
 from simreal_ros.core.bridge.refine import refine  # noqa: E402
-from simreal_ros.core.config import (ConfigError, load_node_params, read_yaml,  # noqa: E402
+from simreal_ros.core.config import (ConfigError, load_node_params,  # noqa: E402
                                      robot_config_path)
 from simreal_ros.core.plant import PlantTruth, SimPlant  # noqa: E402
 from simreal_ros.core.sysid import KINDS, NominalModel  # noqa: E402
@@ -43,13 +43,7 @@ from simreal_ros.core.sysid.runner import identify_joint  # noqa: E402
 
 def plant_truth(config, names, truth_path):
     if truth_path:
-        data = read_yaml(truth_path)
-        section = isinstance(data, dict) and (data.get('/**/sim_robot') or data.get('sim_robot'))
-        if section:
-            data = section.get('ros__parameters', {}).get('plant', {})
-        elif isinstance(data, dict) and 'plant' in data:
-            data = data['plant']
-        return PlantTruth.from_mapping(data, len(names), source=str(truth_path))
+        return PlantTruth.from_file(truth_path, len(names))
     sim = load_node_params(config, 'sim_robot')
     plant = {k[len('plant.'):]: v for k, v in sim.items() if k.startswith('plant.')}
     return PlantTruth.from_mapping(plant, len(names), source=f'{config}:sim_robot.plant')

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from simreal_ros.core.config import (ConfigError, load_node_params, read_yaml,  # noqa: E402
+from simreal_ros.core.config import (ConfigError, load_node_params,  # noqa: E402
                                      resolve_path, robot_config_path)
 from simreal_ros.core.plant import PlantTruth, SimPlant  # noqa: E402
 from simreal_ros.core.sysid import KINDS, NominalModel  # noqa: E402
@@ -40,16 +40,6 @@ def plant_section(config):
     params = load_node_params(config, 'sim_robot')
     plant = {k[len('plant.'):]: v for k, v in params.items() if k.startswith('plant.')}
     return params, plant
-
-
-def read_truth(path, n):
-    data = read_yaml(path)
-    section = isinstance(data, dict) and (data.get('/**/sim_robot') or data.get('sim_robot'))
-    if section:
-        data = section.get('ros__parameters', {}).get('plant', {})
-    elif isinstance(data, dict) and 'plant' in data:
-        data = data['plant']
-    return PlantTruth.from_mapping(data, n, source=str(path))
 
 
 def draw_truth(base, rng):
@@ -81,7 +71,7 @@ def main(argv=None):
         names = list(sim['joint_names'])
         model = resolve_path(sim['model_path'], 'model_path', relative_to=config.parent)
         settings = {k: load_settings(config, k) for k in KINDS}
-        base = (read_truth(args.truth, len(names)) if args.truth
+        base = (PlantTruth.from_file(args.truth, len(names)) if args.truth
                 else PlantTruth.from_mapping(plant, len(names), source=f'{config}:plant'))
     except ConfigError as exc:
         print(f'sysid_accuracy: {exc}', file=sys.stderr)

@@ -78,6 +78,18 @@ class PlantTruth:
             values[key] = value
         return cls(**values)
 
+    @classmethod
+    def from_file(cls, path, n_joints):
+        """Read a --truth file: a plant mapping, `{plant: ...}`, or a robot parameter file."""
+        from simreal_ros.core.config import read_yaml
+        data = read_yaml(path)
+        section = isinstance(data, dict) and (data.get('/**/sim_robot') or data.get('sim_robot'))
+        if section:
+            data = section.get('ros__parameters', {}).get('plant', {})
+        elif isinstance(data, dict) and 'plant' in data:
+            data = data['plant']
+        return cls.from_mapping(data, n_joints, source=str(path))
+
     def to_mapping(self):
         """Return the plain mapping form (the inverse of from_mapping)."""
         out = {k: getattr(self, k).tolist() for k in PLANT_KEYS}
