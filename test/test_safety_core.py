@@ -397,8 +397,64 @@ def test_mode_switch_only_in_safe_state_and_sysid_limits_are_tighter():
     r.cmd(pos=(0.9, 0.0), source='policy')  # the policy is not forwarded any more
     r.cmd(pos=(0.9, 0.0), source='sysid')
     out = r.sup.tick(r.t)
-    # stage 0.5 and sysid scale 0.5: torque 20*0.25 = 5 N*m -> target 0.05 at most
-    assert out.position[0] == pytest.approx(0.05)
+    # sysid scale 0.5, not scaled by the policy's stage 0.5: torque 20*0.5 = 10 N*m -> 0.1
+    assert out.position[0] == pytest.approx(0.1)
+
+
+def sysid_rig(**over):
+    """A Rig forwarding sysid at the lowest stage (estop, select, reset)."""
+    r = Rig(**{'sysid.limit_scale': 0.5, 'max_target_rate': [1e3, 1e3], **over})
+    r.step()
+    r.sup.estop('switch', r.t)
+    assert r.sup.select_mode('sysid', r.t)[0]
+    r.t += 0.002
+    r.state()
+    r.cmd(pos=(0.0, 0.0), source='sysid')
+    assert r.sup.reset(r.t)[0]
+    return r
+
+
+def test_stage_scales_the_policy_but_not_the_sysid_limits():
+    r = sysid_rig(stages=[0.1, 1.0])
+    assert r.sup.stage.scale == 0.1
+    r.t += 0.002
+    r.state()
+    r.cmd(pos=(0.9, 0.0), source='sysid')
+    out = r.sup.tick(r.t)
+    assert out.position[0] == pytest.approx(0.1)   # sysid torque 20*0.5 = 10 N*m at any stage
+    p = Rig(stages=[0.1, 1.0], max_target_rate=[1e3, 1e3])
+    p.step()
+    out = p.step(pos=(0.9, 0.0))
+    assert out.position[0] == pytest.approx(0.02)  # policy torque 20*0.1 = 2 N*m at stage 0.1
+
+
+def test_sysid_faults_are_counted_but_do_not_demote_the_policy_stage():
+    r = sysid_rig(stages=[0.5, 1.0], stage_dwell_s=[0.0])
+    assert r.sup.advance_stage(r.t)[0] and r.sup.stage.scale == 1.0
+    r.t += 0.002
+    r.state()
+    r.cmd(pos=(0.9, 0.0), source='sysid')          # clipped
+    r.sup.tick(r.t)
+    r.t += 1.0
+    r.cmd(pos=(math.nan, 0.0), source='sysid')     # rejected
+    r.state()
+    assert r.sup.tick(r.t).safe                    # sysid stale
+    s = r.sup.status(r.t)
+    assert s['clipped_outputs'] == 1 and s['rejected']['sysid'] == 1
+    assert s['inputs']['sysid']['watchdog_trips'] == 1
+    assert r.sup.stage.scale == 1.0
+    r.step(dq=(6.0, 0.0), pos=None)                # an automatic trip demotes in any mode
+    assert r.sup.latched and r.sup.stage.scale == 0.5
+
+
+def test_operator_estop_demotes_only_when_configured():
+    for demote_on, expected in ((['limit', 'watchdog', 'estop', 'rejected'], 1.0),
+                                (['operator'], 0.5)):
+        r = Rig(stages=[0.5, 1.0], stage_dwell_s=[0.0], demote_on=demote_on)
+        r.step()
+        assert r.sup.advance_stage(r.t)[0]
+        r.sup.estop('operator', r.t)
+        assert r.sup.stage.scale == expected, demote_on
 
 
 def test_stage_demotion_on_limit_hit_and_no_promotion_while_latched():

@@ -241,7 +241,7 @@ def supervisor_property(events):
              'policy': lambda: sup.select_mode('policy', t)}[ev[1]]()
         else:
             t += ev[1]
-            mode, scale = sup.mode, sup.stage.scale
+            mode, scale = sup.mode, (sup.stage.scale if sup.mode == 'policy' else 1.0)
             cmd = sup.commands[mode]
             prev = sup.previous_target.copy()
             last = sup.last_output_time
@@ -261,7 +261,7 @@ def supervisor_property(events):
             STATS['sup_forwarded'] += 1
             # Forwarded: the latest accepted command of the selected source, filtered with
             # the state and stage of this tick; the stage may only have dropped meanwhile.
-            assert sup.stage.scale <= scale or sup.cfg.auto_advance
+            assert mode != 'policy' or sup.stage.scale <= scale or sup.cfg.auto_advance
             assert not sup.latched
             dt = min(max(t - last, 0.0), sup.cfg.period_s) if last is not None else 0.0
             limits = sup.limits[mode]

@@ -64,17 +64,25 @@ ARRAYS = {
     'stage_dwell_s': (Parameter.Type.DOUBLE_ARRAY, 'minimum clean time in a stage before '
                       'promotion (s); one value or one per stage'),
     'demote_on': (Parameter.Type.STRING_ARRAY, 'faults that demote one stage: limit, watchdog, '
-                  'estop, rejected'),
+                  'rejected (of the policy), estop (automatic trips), operator (safety/estop); '
+                  'default limit, watchdog, estop, rejected'),
     'array_joint_order': (Parameter.Type.STRING_ARRAY, 'joint order of the Float64MultiArray '
                           'output (default: joint_names)'),
     'sysid.position_lower': (Parameter.Type.DOUBLE_ARRAY, 'sysid soft lower limits (rad); '
                              'empty = main limits (always intersected with them)'),
     'sysid.position_upper': (Parameter.Type.DOUBLE_ARRAY, 'sysid soft upper limits (rad)'),
     'sysid.velocity_limit': (Parameter.Type.DOUBLE_ARRAY, 'sysid velocity limits (rad/s); '
-                             'min with the scaled main limits'),
+                             'min with the main limits times sysid.limit_scale; SysID limits '
+                             'are not scaled by the stage'),
     'sysid.torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'sysid torque limits (N*m)'),
     'sysid.max_target_rate': (Parameter.Type.DOUBLE_ARRAY, 'sysid target rate limits (rad/s)'),
 }
+
+
+def _where(status):
+    if status['mode'] == 'policy':
+        return f'stage {status["stage"]["stage"]:.2f}'
+    return 'the sysid limits'
 
 
 class SafetySupervisor(Node):
@@ -356,12 +364,12 @@ class SafetySupervisor(Node):
             st.level, st.message = DiagnosticStatus.WARN, f'safe mode: {s["safe_reason"]}'
         elif s['rejected'][s['mode']] or s['clipped_outputs']:
             st.level = DiagnosticStatus.WARN
-            st.message = (f'forwarding {s["mode"]} at stage {s["stage"]["stage"]:.2f}; '
+            st.message = (f'forwarding {s["mode"]} at {_where(s)}; '
                           f'{s["clipped_outputs"]} clipped outputs, '
                           f'{s["rejected"][s["mode"]]} rejected commands')
         else:
             st.level = DiagnosticStatus.OK
-            st.message = f'forwarding {s["mode"]} at stage {s["stage"]["stage"]:.2f}'
+            st.message = f'forwarding {s["mode"]} at {_where(s)}'
         values = {'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
                   'estop_cause': s['estop_cause'], 'output': s['output'],
                   'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject']}

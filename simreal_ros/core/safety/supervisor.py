@@ -18,7 +18,14 @@ Rules, in the order a tick applies them:
    output, not latched: forwarding resumes when fresh commands arrive (the rate limit then
    starts from the measured position).
 5. otherwise its latest command is filtered (limits.filter_command) with the current state and
-   the stage scale; every clip is counted and is a stage fault.
+   the source's scale; every clip is counted.
+
+Stages measure trust in the policy: the stage scale applies to `policy` commands, and limit
+hits, stale or rejected commands of the policy are stage faults. `sysid` commands are designed
+experiments inside their own, tighter limits (`sysid.*`), applied unscaled; their clips and
+rejects are counted and reported but do not demote the policy's stage. Automatic e-stops
+(joint_states stale, velocity or tilt trips, repeated rejects) are faults of the robot and
+demote in either mode; an operator's e-stop demotes only when `demote_on` lists `operator`.
 """
 from dataclasses import dataclass, field
 import math
@@ -31,6 +38,7 @@ from simreal_ros.core.safety.limits import (KINDS, Command, Limits, Rejected, co
 from simreal_ros.core.safety.stages import DEFAULT_STAGES, StageMachine
 
 SAFE_MODES = ('damping', 'hold', 'zero_torque')
+FAULT_KINDS = ('limit', 'watchdog', 'estop', 'rejected', 'operator')
 SOURCES = ('policy', 'sysid')
 INPUTS = ('joint_states', 'imu') + SOURCES
 
@@ -127,7 +135,7 @@ class SupervisorConfig:
     stages: tuple = DEFAULT_STAGES
     stage_dwell_s: tuple = (5.0,)
     auto_advance: bool = False
-    demote_on: tuple = ('limit', 'watchdog', 'estop', 'rejected')
+    demote_on: tuple = ('limit', 'watchdog', 'estop', 'rejected')  # + 'operator'
     demote_holdoff_s: float = 0.5
     stage_file: str = ''
     resume_stage: bool = False
@@ -164,10 +172,10 @@ class SupervisorConfig:
         if mode not in SOURCES:
             raise ConfigError(f'{source}.mode must be one of {SOURCES}, got {mode!r}')
         demote_on = tuple(p.get('demote_on', cls.demote_on))
-        bad = set(demote_on) - {'limit', 'watchdog', 'estop', 'rejected'}
+        bad = set(demote_on) - set(FAULT_KINDS)
         if bad:
             raise ConfigError(f'{source}.demote_on: unknown fault kinds {sorted(bad)}; use '
-                              'limit, watchdog, estop, rejected')
+                              f'{", ".join(FAULT_KINDS)}')
         timeouts = {k: float(p.get(f'{k}_timeout_s', v)) for k, v in
                     cls.__dataclass_fields__['timeouts'].default_factory().items()}
         for k, v in timeouts.items():
@@ -288,7 +296,8 @@ class Supervisor:
             self.rejected_in_row[source] += 1
             self.last_reject = f'{source}/command: {exc}'
             if source == self.mode:
-                self.stage.fault('rejected', now, str(exc))
+                if source == 'policy':
+                    self._stage_fault('rejected', now, str(exc))
                 if (self.rejected_in_row[source] >= self.cfg.reject_trip_count
                         and not self.latched):
                     self._trip(f'{self.rejected_in_row[source]} rejected {source} commands in a'
@@ -302,7 +311,7 @@ class Supervisor:
     # -- operator requests ------------------------------------------------------------------
     def estop(self, cause, now):
         """Latch the e-stop now and return the safe output to send at once."""
-        self._trip(cause, now)
+        self._trip(cause, now, fault='operator')
         return self.tick(now, count=False)
 
     def reset(self, now):
@@ -317,7 +326,9 @@ class Supervisor:
         self.cause = ''
         self.previous_target[:] = np.nan
         self.hold_position = None
-        return True, f'e-stop reset; forwarding {self.mode} at stage {self.stage.scale:.2f}'
+        where = (f'stage {self.stage.scale:.2f}' if self.mode == 'policy'
+                 else 'its own limits (sysid.*, not scaled by the stage)')
+        return True, f'e-stop reset; forwarding {self.mode} at {where}'
 
     def _reset_problems(self, now):
         problems = []
@@ -368,6 +379,11 @@ class Supervisor:
         return True, f'mode {old} -> {mode}; reset the e-stop to start forwarding {mode}'
 
     # -- the control tick -------------------------------------------------------------------
+    @property
+    def scale(self):
+        """The limit scale of the selected source: the stage for the policy, 1 for SysID."""
+        return self.stage.scale if self.mode == 'policy' else 1.0
+
     def tick(self, now, count=True):
         """Return this tick's Output, or None when nothing may be published yet."""
         if count:
@@ -387,14 +403,15 @@ class Supervisor:
         if stale is not None:
             if newly:
                 self.events.append((now, f'{self.mode} stale -> safe mode: {stale}'))
-                self._stage_fault('watchdog', now, stale)
+                if self.mode == 'policy':
+                    self._stage_fault('watchdog', now, stale)
             return self._safe_output(now, f'{self.mode} stale: {stale}')
         cmd = self.commands[self.mode]
         limits = self.limits[self.mode]
         dt = (now - self.last_output_time) if self.last_output_time is not None else 0.0
         dt = min(max(dt, 0.0), self.cfg.period_s)
         try:
-            out, clips = filter_command(limits, self.stage.scale, cmd, self.q, self.dq,
+            out, clips = filter_command(limits, self.scale, cmd, self.q, self.dq,
                                         self.previous_target, dt)
         except Rejected as exc:
             self.rejected[self.mode] += 1
@@ -404,9 +421,10 @@ class Supervisor:
         if any(np.any(m) for m in clips.values()):
             self.clipped_outputs += 1
             kinds = [k for k, m in clips.items() if np.any(m)]
-            self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
-                              + ', '.join(self._names_idx(cmd.index[np.any(
-                                  np.stack(list(clips.values())), axis=0)])))
+            if self.mode == 'policy':
+                self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
+                                  + ', '.join(self._names_idx(cmd.index[np.any(
+                                      np.stack(list(clips.values())), axis=0)])))
         if out.position is not None:
             self.previous_target[out.index] = out.position
         self.hold_position = None
@@ -446,7 +464,7 @@ class Supervisor:
         self.estops += 1
         self.events.append((now, f'E-STOP: {cause}'))
         self._stage_fault(fault, now, cause)
-        if fault != 'estop':
+        if fault not in ('estop', 'operator'):   # an automatic trip is an e-stop fault too
             self.stage.fault('estop', now)
 
     def _stage_fault(self, kind, now, detail):
@@ -465,7 +483,7 @@ class Supervisor:
                 self.hold_position = self.q.copy()
             cmd = Command(np.arange(self.n), position=self.hold_position.copy())
             try:
-                out, _ = filter_command(self.limits[self.mode], self.stage.scale, cmd, self.q,
+                out, _ = filter_command(self.limits[self.mode], self.scale, cmd, self.q,
                                         self.dq, self.hold_position, 0.0)
                 return Output(list(self.names), out.position, zeros, None, True, reason)
             except Rejected:

@@ -5,7 +5,6 @@ when a joint's experiment is over, `finish_joint()` hands back a closure that es
 the node runs it in a worker thread while it keeps commanding). `results()` gathers everything
 once all joints are done. Nothing is published unless the whole run completed.
 """
-from dataclasses import replace
 import os
 import threading
 
@@ -19,12 +18,6 @@ from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
 from simreal_ros.core.sysid.records import (latest_parameters, result_documents,
                                             run_basename, write_mcap)
 from simreal_ros.core.sysid.runner import JointResult, joint_params_from
-
-
-def scaled_settings(settings, scale):
-    """Settings with velocity and torque limits times the supervisor's stage scale."""
-    return replace(settings, velocity_limit=settings.velocity_limit * scale,
-                   torque_limit=settings.torque_limit * scale)
 
 
 class SysidSession:
