@@ -28,12 +28,14 @@ from std_srvs.srv import Trigger
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
 from simreal_ros.core.sysid.records import result_text
-from simreal_ros.core.sysid.session import SysidSession, scaled_settings
+from simreal_ros.core.sysid.session import SysidSession
 from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare
 
 # sysid parameter name -> sim_bridge parameter name (simreal_ros.core.bridge.params)
 BRIDGE_NAME = {'viscous_damping': 'damping', 'coulomb_friction': 'frictionloss',
                'armature': 'armature', 'latency': 'latency_s'}
+
+SUBSCRIBE_GRACE_S = 1.0   # first joint_states after ~/start subscribes (DDS matching)
 
 COMMON_ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'robot joints (as in joint_states)'),
@@ -46,10 +48,10 @@ COMMON_ARRAYS = {
     'position_lower': (Parameter.Type.DOUBLE_ARRAY, 'lowest position target (rad): the '
                        "supervisor's SysID soft limit"),
     'position_upper': (Parameter.Type.DOUBLE_ARRAY, 'highest position target (rad)'),
-    'velocity_limit': (Parameter.Type.DOUBLE_ARRAY, 'velocity and target-rate limit at stage '
-                       '1.00 (rad/s), <= the supervisor SysID limits; scaled by its stage'),
-    'torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'limit on the torque a command implies at '
-                     'stage 1.00 (N*m); scaled by the supervisor stage'),
+    'velocity_limit': (Parameter.Type.DOUBLE_ARRAY, 'velocity and target-rate limit (rad/s), '
+                       "<= the supervisor's sysid limits (which no policy stage scales)"),
+    'torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'limit on the torque a command implies '
+                     "(N*m), <= the supervisor's sysid torque limits"),
     'acceleration_limit': (Parameter.Type.DOUBLE_ARRAY, 'target acceleration limit (rad/s^2)'),
 }
 KIND_ARRAYS = {
@@ -92,10 +94,11 @@ class SysidNode(Node):
         self.index = {n: i for i, n in enumerate(names)}
         self.session = None
         self.workers = []
-        self.latest = None            # (arrival ROS time, q, qd, tau)
+        self.latest = None            # (arrival on the steady clock, q, qd, tau)
         self.supervisor = None        # last safety/state mapping
         self.status = 'idle'
         self.waiting_reset = False
+        self.started_at = -math.inf
         self.last_result = None
         self._last_progress = -math.inf
         self._lock = threading.Lock()
@@ -106,14 +109,17 @@ class SysidNode(Node):
         self.pub_cmd = self.create_publisher(JointState, p['command_topic'], COMMAND_QOS)
         self.pub_result = self.create_publisher(String, 'sysid/result', LATCHED_QOS)
         self.pub_progress = self.create_publisher(String, '~/progress', 10)
-        self.create_subscription(JointState, 'joint_states', self._on_joint_states,
-                                 SENSOR_SUB_QOS, callback_group=sensors)
+        # joint_states (500 Hz or more) and the command timer exist only while an experiment
+        # runs: three idle SysID nodes would otherwise take most of a CPU core.
+        self.sensors = sensors
+        self.sub_joints = None
         self.create_subscription(String, p['supervisor_state_topic'], self._on_supervisor,
                                  LATCHED_QOS, callback_group=sensors)
         self.create_service(Trigger, '~/start', self._srv_start, callback_group=services)
         self.create_service(Trigger, '~/abort', self._srv_abort, callback_group=services)
-        self.create_timer(1.0 / self.settings.command_rate_hz, self._tick,
-                          callback_group=control)
+        self.timer = self.create_timer(1.0 / self.settings.command_rate_hz, self._tick,
+                                       callback_group=control)
+        self.timer.cancel()
         self.bridge = None
         self.get_logger().info(
             f'{self.KIND} identification ready for {self.joints}; commands on '
@@ -174,9 +180,24 @@ class SysidNode(Node):
 
     # -- inputs ----------------------------------------------------------------------------
     def _on_joint_states(self, msg):
+        parsed = self._parse_joint_states(msg)
+        if parsed is None:
+            return
+        q, qd, tau = parsed
+        now = self.get_clock().now().nanoseconds * 1e-9
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        # Freshness by arrival on a steady clock: a simulator catching up on /clock makes ROS
+        # time jump, which is not a sensor outage.
+        self.latest = (time.monotonic(), q, qd, tau)
+        session = self.session
+        if session is not None:
+            session.add_sample(stamp if stamp > 0 else now, q, qd, tau)
+
+    def _parse_joint_states(self, msg):
+        """Return (q, qd, tau) in joint_names order, or None when a joint is missing."""
         n = len(self.index)
         if len(msg.position) != len(msg.name) or len(msg.velocity) != len(msg.name):
-            return
+            return None
         q = [math.nan] * n
         qd = [math.nan] * n
         tau = [0.0] * n
@@ -188,15 +209,24 @@ class SysidNode(Node):
                 if k < len(msg.effort):
                     tau[i] = msg.effort[k]
         if any(math.isnan(v) for v in q):
-            return
-        now = self.get_clock().now().nanoseconds * 1e-9
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        # Freshness by arrival on a steady clock: a simulator catching up on /clock makes ROS
-        # time jump, which is not a sensor outage.
-        self.latest = (time.monotonic(), q, qd, tau)
-        session = self.session
-        if session is not None:
-            session.add_sample(stamp if stamp > 0 else now, q, qd, tau)
+            return None
+        return q, qd, tau
+
+    def _current_state(self):
+        """Wait (briefly, on a private subscription) for one joint_states; (q, qd, tau) or None."""
+        from rclpy.wait_for_message import wait_for_message
+        wait = max(2.0, 4 * self.p['joint_states_timeout_s'])
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            ok, msg = wait_for_message(JointState, self, 'joint_states',
+                                       qos_profile=SENSOR_SUB_QOS,
+                                       time_to_wait=deadline - time.monotonic())
+            if not ok:
+                return None
+            parsed = self._parse_joint_states(msg)
+            if parsed is not None:
+                return parsed
+        return None
 
     def _on_supervisor(self, msg):
         try:
@@ -229,19 +259,18 @@ class SysidNode(Node):
     def _start(self):
         if self.session is not None:
             return False, f'already running ({self.status}); call ~/abort first'
-        if self.latest is None or (time.monotonic() - self.latest[0]
-                                   > self.p['joint_states_timeout_s']):
-            return False, 'no fresh joint_states: is the robot (or sim_robot) running?'
+        state = self._current_state()
+        if state is None:
+            return False, ('no joint_states with every joint of joint_names: is the robot (or '
+                           'sim_robot) running?')
+        self.latest = (time.monotonic(),) + state
         problem = self._supervisor_problem(starting=True)
         if problem:
             return False, problem
         # Selected but still latched (estop -> select_sysid -> start -> reset): hold the pose
         # until the reset, which needs our fresh commands near the state; the clock waits.
         self.waiting_reset = bool(self.p['require_supervisor'] and self.supervisor.get('estop'))
-        scale = 1.0
-        if self.supervisor is not None:
-            scale = float(self.supervisor.get('stage', {}).get('stage', 1.0))
-        settings = scaled_settings(self.settings, scale)
+        settings = self.settings
         try:
             session = SysidSession(self.KIND, settings, self.nominal, self.robot, self.joints,
                                    self.latest[1], self.p['results_dir'],
@@ -254,11 +283,16 @@ class SysidNode(Node):
                 return False, f'{exp.joint}: design outside the limits: {bad}'
         self.workers = []
         self.session = session
+        self.started_at = time.monotonic()
         self.status = 'running'
+        self.sub_joints = self.create_subscription(JointState, 'joint_states',
+                                                   self._on_joint_states, SENSOR_SUB_QOS,
+                                                   callback_group=self.sensors)
+        self.timer.reset()
         wait = ('; holding the pose until ros2 service call /safety/reset'
                 if self.waiting_reset else '')
         return True, (f'{self.KIND} identification of {self.joints} started: '
-                      f'{session.total:.0f} s of robot time at stage scale {scale:.2f}{wait}')
+                      f'{session.total:.0f} s of robot time{wait}')
 
     def _srv_abort(self, request, response):
         with self._lock:
@@ -268,12 +302,20 @@ class SysidNode(Node):
         response.message = ('aborted: no result published' if running else 'nothing to abort')
         return response
 
+    def _idle(self):
+        """Stop commanding and listening: no timer, no joint_states subscription."""
+        self.session = None
+        self.status = 'idle'
+        self.timer.cancel()
+        if self.sub_joints is not None:
+            self.destroy_subscription(self.sub_joints)
+            self.sub_joints = None
+
     def _stop(self, why):
         if self.session is None:
             return
-        self.session = None
+        self._idle()
         self.workers = []
-        self.status = 'idle'
         self.get_logger().warn(f'{self.KIND} identification stopped: {why}; no result published')
         self._publish_progress({'experiment': self.KIND, 'phase': 'aborted', 'reason': why,
                                 'percent': None, 'time_left_s': None})
@@ -288,8 +330,10 @@ class SysidNode(Node):
             if session is None:
                 return
             now = self._now()
-            if self.latest is None or (time.monotonic() - self.latest[0]
-                                       > self.p['joint_states_timeout_s']):
+            # The joint_states subscription is made by ~/start: its first message may take
+            # discovery time (up to SUBSCRIBE_GRACE_S); after that the stream's age counts.
+            if time.monotonic() - max(self.latest[0], self.started_at + SUBSCRIBE_GRACE_S) \
+                    > self.p['joint_states_timeout_s']:
                 self._stop('joint_states stale')
                 return
             if self.waiting_reset:
@@ -339,8 +383,7 @@ class SysidNode(Node):
                 throttle_duration_sec=2.0)
 
     def _finish(self, session):
-        self.session = None
-        self.status = 'idle'
+        self._idle()
         text = result_text(self.robot, self.KIND, session.results, session.failures)
         path = os.path.join(session.results_dir, session.base + '.yaml')
         os.makedirs(session.results_dir, exist_ok=True)
