@@ -24,6 +24,7 @@ import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock as ClockMsg
@@ -219,9 +220,12 @@ class SimRobot(Node):
                 self._wall_last = (self._wall_start
                                    + self._periods_done * self.period / max(self.rtf, 1e-9))
                 reading = self.plant.measure()
+                wall = self._wall_last
             self.counters['ticks'] += 1
             try:
-                self._publish(reading)
+                # A period simulated late (catching up) is stamped with the time it stands
+                # for, as a driver stamps buffered readings with their measurement time.
+                self._publish(reading, behind_s=max(0.0, time.perf_counter() - wall))
             except Exception:  # noqa: BLE001 - SIGTERM may invalidate the context mid-tick
                 if rclpy.ok():
                     raise
@@ -231,12 +235,13 @@ class SimRobot(Node):
         while self._running and rclpy.ok():
             self._tick()
 
-    def _publish(self, reading):
+    def _publish(self, reading, behind_s=0.0):
         if self.publish_clock:
             stamp = rclpy.time.Time(seconds=reading.time).to_msg()
             self.pub_clock.publish(ClockMsg(clock=stamp))
         else:
-            stamp = self.get_clock().now().to_msg()
+            now = self.get_clock().now()
+            stamp = (now - Duration(nanoseconds=int(behind_s * 1e9))).to_msg()
         msg = JointState()
         msg.header.stamp = stamp
         msg.name = self.plant.names
