@@ -61,7 +61,8 @@ class Client:
         from std_msgs.msg import String
         from std_srvs.srv import Trigger
         from simreal_ros.nodes.common import LATCHED_QOS
-        if not rclpy.ok():
+        self.owns_context = not rclpy.ok()
+        if self.owns_context:
             rclpy.init()
         self.node = rclpy.create_node(f'sysid_test_client_{os.getpid()}')
         self.results, self.progress, self.commands = [], [], []
@@ -83,7 +84,11 @@ class Client:
         return future.result()
 
     def close(self):
+        import rclpy
         self.spinner.stop()
+        self.node.destroy_node()
+        if self.owns_context:   # the next module's fixture initialises its own
+            rclpy.try_shutdown()
 
 
 @pytest.fixture(scope='module')
