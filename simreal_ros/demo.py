@@ -460,17 +460,16 @@ def main(argv=None):
           f'discovery {os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]}, results in {out}. '
           'E-stop at any time: simreal estop', flush=True)
     demo = Demo(args.robot, out, fast=args.fast, rtf=args.rtf)
-    # The policy is promoted first: SysID commands are limited by the supervisor's current
-    # stage (at 0.10 the friction sweeps have no room), and every switch between the policy
-    # and the SysID source goes through an e-stop, which demotes one stage.
+    # SysID runs first, as on a real robot (suspended, before any policy motion): its commands
+    # have their own limits, which the policy's stage does not scale.
     steps = [
         ('bring up the graph', demo.bring_up),
-        ('enable the policy, promote through every stage', demo.policy_stages),
-        ('e-stop and reset', demo.estop_and_reset),
         ('system identification (friction, inertia, latency)', demo.sysid),
         ('push results to sim_bridge', demo.bridge_push),
         ('reality gap before/after (nominal vs identified)', demo.bridge_gap),
         ('export the identified model', demo.bridge_export),
+        ('enable the policy, promote through every stage', demo.policy_stages),
+        ('e-stop and reset', demo.estop_and_reset),
         ('shut down cleanly', demo.shutdown),
     ]
     try:
