@@ -24,7 +24,6 @@ import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock as ClockMsg
@@ -79,6 +78,7 @@ class SimRobot(Node):
         self._lock = threading.Lock()
         self._wall_last = None
         self._wall_start = None
+        self._pending = None      # (reading, perf_counter time it stands for), published next tick
         self._periods_done = 0
         self._sim_last = self.plant.time
 
@@ -193,7 +193,8 @@ class SimRobot(Node):
 
         The timer fires once per period; when the process was starved and a tick comes late,
         the periods it missed are simulated and published now (as a driver's buffered
-        messages arrive in a burst), so simulated time keeps pace with the wall clock.
+        messages arrive in a burst, each stamped with its own time), so simulated time keeps
+        pace with the wall clock.
         """
         if self.hold_until_command and not self._commanded:
             # As a robot hanging in its gantry: time stands still until the controller is up.
@@ -213,35 +214,61 @@ class SimRobot(Node):
                 self._wall_start += (due - 1) * self.period / self.rtf
                 due = 1
         for _ in range(max(due, 0)):
+            # The reading of the period that ended is published when the next one starts,
+            # stamped with the time it stands for (a driver samples, then sends): never a
+            # state from the future, and a late tick's burst keeps its true timeline.
+            pending, self._pending = self._pending, None
+            if pending is not None and not self._publish_safely(*pending):
+                return
             with self._lock:
                 self.plant.step(self.steps_per_tick)
                 self._periods_done += 1
                 self._sim_last = self.plant.time
                 self._wall_last = (self._wall_start
                                    + self._periods_done * self.period / max(self.rtf, 1e-9))
-                reading = self.plant.measure()
-                wall = self._wall_last
+                self._pending = (self.plant.measure(),
+                                 self._wall_last if self.rtf > 0 else None)
             self.counters['ticks'] += 1
-            try:
-                # A period simulated late (catching up) is stamped with the time it stands
-                # for, as a driver stamps buffered readings with their measurement time.
-                self._publish(reading, behind_s=max(0.0, time.perf_counter() - wall))
-            except Exception:  # noqa: BLE001 - SIGTERM may invalidate the context mid-tick
-                if rclpy.ok():
-                    raise
-                return
+
+    def _publish_safely(self, reading, wall=None):
+        try:
+            self._publish(reading, wall)
+        except Exception:  # noqa: BLE001 - SIGTERM may invalidate the context mid-tick
+            if rclpy.ok():
+                raise
+            return False
+        return True
 
     def _free_run(self):
         while self._running and rclpy.ok():
             self._tick()
 
-    def _publish(self, reading, behind_s=0.0):
+    def _clock_offset(self):
+        """ROS time minus perf_counter (s), for stamping a period by its perf_counter time.
+
+        One pair of reads can be split by a preemption, which makes the offset look smaller;
+        the largest recent value is the tightest pair. It decays by 1 us per period so a clock
+        stepped back is followed within seconds.
+        """
+        now = self.get_clock().now().nanoseconds * 1e-9
+        offset = now - time.perf_counter()
+        last = getattr(self, '_offset', None)
+        if last is None or offset > last - 1e-6 or abs(offset - last) > 0.05:
+            self._offset = offset
+        else:
+            self._offset = last - 1e-6
+        return self._offset
+
+    def _publish(self, reading, wall=None):
+        """Publish a reading; `wall` is the perf_counter time its period ended (stamp)."""
         if self.publish_clock:
             stamp = rclpy.time.Time(seconds=reading.time).to_msg()
             self.pub_clock.publish(ClockMsg(clock=stamp))
+        elif wall is None:
+            stamp = self.get_clock().now().to_msg()
         else:
-            now = self.get_clock().now()
-            stamp = (now - Duration(nanoseconds=int(behind_s * 1e9))).to_msg()
+            stamp = rclpy.time.Time(nanoseconds=int(round((wall + self._clock_offset())
+                                                          * 1e9))).to_msg()
         msg = JointState()
         msg.header.stamp = stamp
         msg.name = self.plant.names
