@@ -270,6 +270,33 @@ def test_forwarded_output_keeps_the_command_stamp():
     assert r.sup.tick(r.t).stamp == pytest.approx(r.t - 0.01)
 
 
+def test_rate_limit_allows_the_time_since_the_target_last_moved():
+    # 500 Hz ticks, a 100 Hz staircase at 0.8 x the 10 rad/s rate: unchanged, no clips.
+    r = Rig(stages=[1.0], torque_limit=[1e4, 1e4])
+    for _ in range(5):   # the target stands at 0 for 10 ms
+        r.step()
+    target = 0.0
+    for k in range(20):
+        if k % 5 == 0:
+            target += 0.8 * 10.0 * 0.01
+        out = r.step(pos=(target, 0.0))
+        assert out.position[0] == pytest.approx(target)
+    assert r.sup.status(r.t)['clips']['rate'] == {}
+    # Twice the rate: slewed at 10 rad/s over the following ticks, each clip counted.
+    start = target
+    target += 2 * 10.0 * 0.01
+    out = r.step(pos=(target, 0.0))
+    assert out.position[0] == pytest.approx(start + 10.0 * 0.01)
+    out = r.step(pos=(target, 0.0))
+    assert out.position[0] == pytest.approx(start + 10.0 * 0.012)
+    assert r.sup.status(r.t)['clips']['rate'] == {'a': 2}
+    # Credit is capped by the source's timeout (60 ms), however long the target stood still.
+    for _ in range(200):
+        out = r.step(pos=(target, 0.0))
+    out = r.step(pos=(target - 5.0, 0.0))
+    assert out.position[0] == pytest.approx(target - 10.0 * 0.06)
+
+
 def test_forwarding_and_clip_counting_per_joint_and_kind():
     r = Rig()
     out = r.step(pos=(0.0, 0.0))

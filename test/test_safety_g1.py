@@ -2,7 +2,7 @@
 import numpy as np
 
 from simreal_ros.core.config import load_node_params
-from simreal_ros.core.safety import SupervisorConfig, filter_command, validate_command
+from simreal_ros.core.safety import Supervisor, SupervisorConfig
 
 from conftest import REPO
 
@@ -10,25 +10,39 @@ DEFAULT = np.array([-0.1, 0.0, 0.0, 0.3, -0.2, 0.0] * 2)
 
 
 def replay(g1_dir, scale):
-    """Filter every policy step of unitree's reference trace; return (changed, clip counts)."""
+    """Run unitree's reference trace through the supervisor (policy at 50 Hz, ticks at 500 Hz).
+
+    Returns (policy steps whose forwarded target differs from the policy's, clip counts, n).
+    """
     p = load_node_params(REPO / 'config' / 'robots' / 'g1_12dof.yaml', 'safety_supervisor')
+    p.update(use_imu=False, stages=[scale], resume_stage=False, stage_file='',
+             demote_on=[])
     cfg = SupervisorConfig.from_params(p)
+    sup = Supervisor(cfg, 0.0)
     trace = np.load(g1_dir / 'reference_trace.npz')
     obs, actions = trace['obs'], trace['actions']
     names = list(cfg.limits.names)
-    prev = np.full(12, np.nan)
-    changed, clips = 0, {}
+    changed, t = 0, 1.0
+    q0 = obs[0, 9:21] + DEFAULT
+    for _ in range(10):   # 20 ms holding the start pose (the slew starts from the measured one)
+        sup.on_joint_state(names, q0, np.zeros(12), t, t)
+        sup.on_command('policy', names, q0, [], [], t, t)
+        sup.tick(t)
+        t += 0.002
     for k in range(len(actions)):
         q = obs[k, 9:21] + DEFAULT          # joint_pos term (scale 1.0)
         dq = obs[k, 21:33] / 0.05           # joint_vel term (scale 0.05)
         target = actions[k] * 0.25 + DEFAULT
-        cmd = validate_command(names, target, [], [], names)
-        # One supervisor tick (2 ms) after the previous target: the strictest rate window.
-        out, c = filter_command(cfg.limits, scale, cmd, q, dq, prev, 0.002)
-        changed += int(not np.array_equal(out.position, target))
-        for kind, mask in c.items():
-            clips[kind] = clips.get(kind, 0) + int(mask.sum())
-        prev = out.position
+        for tick in range(10):              # the state of the policy step, refreshed
+            sup.on_joint_state(names, q, dq, t, t)
+            if tick == 0:
+                assert sup.on_command('policy', names, target, [], [], t, t)[0]
+            out = sup.tick(t)
+            assert out is not None and not out.safe, sup.status(t)['safe_reason']
+            if tick == 0:                   # forwarded on arrival, as the node does
+                changed += int(not np.array_equal(out.position, target))
+            t += 0.002
+    clips = {k: sum(v.values()) for k, v in sup.status(t)['clips'].items()}
     return changed, clips, len(actions)
 
 

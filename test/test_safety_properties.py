@@ -220,6 +220,7 @@ def supervisor_property(events):
     from simreal_ros.core.safety import Supervisor
     sup = Supervisor(supervisor_config(), 0.0)
     t = 1.0
+    changed = np.full(len(SUP_NAMES), np.nan)   # when each forwarded target last moved
     expanded = []
     for ev in events:
         if ev[0] == 'cycle':
@@ -263,7 +264,11 @@ def supervisor_property(events):
             # the state and stage of this tick; the stage may only have dropped meanwhile.
             assert mode != 'policy' or sup.stage.scale <= scale or sup.cfg.auto_advance
             assert not sup.latched
-            dt = min(max(t - last, 0.0), sup.cfg.period_s) if last is not None else 0.0
+            # The rate limit's time, modelled here: since the target last moved, capped by the
+            # source's timeout; from the measured position one supervisor period.
+            first = min(max(t - last, 0.0), sup.cfg.period_s) if last is not None else 0.0
+            since = np.clip(t - changed, 0.0, sup.cfg.timeouts[mode])
+            dt = np.where(np.isfinite(prev) & np.isfinite(since), since, first)
             limits = sup.limits[mode]
             from simreal_ros.core.safety import Command
             got = Command(np.array([SUP_NAMES.index(n) for n in out.names]), out.position,
@@ -271,6 +276,9 @@ def supervisor_property(events):
             assert np.array_equal(got.index, cmd.index)
             bad = limit_violations(limits, scale, cmd, got, q, dq, prev, dt)
             assert not bad, bad
+            if got.position is not None:
+                moved = ~(prev[got.index] == got.position)
+                changed[got.index[moved]] = t
 
 
 def test_supervisor_output_respects_the_stage_limits_for_any_event_sequence():

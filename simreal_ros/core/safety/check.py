@@ -65,7 +65,8 @@ def _violations(limits, scale, cmd, out, q, dq, previous_target, dt):
         p = out.position
         prev = previous_target[i]
         prev = np.where(np.isfinite(prev), prev, q[i])
-        step = limits.max_target_rate[i] * scale * max(float(dt), 0.0)
+        dt = np.asarray(dt, dtype=float)
+        step = limits.max_target_rate[i] * scale * np.maximum(dt[i] if dt.ndim else dt, 0.0)
         f_lo = np.maximum(limits.position_lower[i], prev - step)
         f_hi = np.minimum(limits.position_upper[i], prev + step)
         empty = f_lo > f_hi

@@ -16,7 +16,8 @@ field at all. A rejected command is never forwarded, not even partly.
 
 1. position targets into the soft limits `[position_lower, position_upper]`;
 2. position target changes to `max_target_rate * scale * dt` from the previous output target
-   (from the measured position when there is none);
+   (from the measured position when there is none); the supervisor's dt is the time since
+   that target last moved, capped by the source's timeout (`Supervisor.rate_dt`);
 3. velocity targets to `+-velocity_limit * scale`, feed-forward effort to `+-torque_limit * scale`;
 4. the torque the command implies (the formula above, with the measured q, dq) into
    `+-torque_limit * scale`, by moving the position target (or, without one, the velocity target,
@@ -201,7 +202,8 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt):
     """Return (safe command, clips) for a validated command at state (q, dq).
 
     `previous_target` holds the last forwarded position target per joint (NaN = none, then the
-    rate limit starts from the measured position); `dt` is the time since it was sent.
+    rate limit starts from the measured position); `dt` (s, one value or one per robot joint)
+    is how long the rate limit may move it for.
     `clips` maps each kind in KINDS to a bool array over cmd.index (True = clipped).
     """
     if not 0.0 < scale <= 1.0:
@@ -237,7 +239,9 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt):
         clips['position'] |= p != out.position
         prev = previous_target[i]
         prev = np.where(np.isfinite(prev), prev, qi)
-        step = limits.max_target_rate[i] * scale * max(float(dt), 0.0)
+        dt = np.asarray(dt, dtype=float)
+        dt = np.maximum(dt[i] if dt.ndim else dt, 0.0)
+        step = limits.max_target_rate[i] * scale * dt
         r = np.clip(p, prev - step, prev + step)
         clips['rate'] |= r != p
         out.position = r

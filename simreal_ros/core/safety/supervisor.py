@@ -224,6 +224,7 @@ class Supervisor:
         self.tilt = 0.0
         self.commands = {s: None for s in SOURCES}
         self.previous_target = np.full(self.n, np.nan)
+        self.target_changed = np.full(self.n, np.nan)   # when each previous_target last moved
         self.last_output_time = None
         self.latched = False
         self.cause = ''
@@ -379,6 +380,20 @@ class Supervisor:
         return True, f'mode {old} -> {mode}; reset the e-stop to start forwarding {mode}'
 
     # -- the control tick -------------------------------------------------------------------
+    def rate_dt(self, now):
+        """Per joint: the time the rate limit allows a target change for (s).
+
+        A source slower than the supervisor sends a staircase; each step may move as far as
+        the rate allows over the time since the target last moved (at most the source's
+        timeout), so a command stream within the rate passes unchanged and a faster one is
+        slewed over the following ticks. Without a previous target the slew starts from the
+        measured position, with one supervisor period per tick.
+        """
+        since_output = (now - self.last_output_time) if self.last_output_time is not None else 0.0
+        first = min(max(since_output, 0.0), self.cfg.period_s)
+        since = np.clip(now - self.target_changed, 0.0, self.cfg.timeouts[self.mode])
+        return np.where(np.isfinite(self.previous_target) & np.isfinite(since), since, first)
+
     @property
     def scale(self):
         """The limit scale of the selected source: the stage for the policy, 1 for SysID."""
@@ -408,8 +423,7 @@ class Supervisor:
             return self._safe_output(now, f'{self.mode} stale: {stale}')
         cmd = self.commands[self.mode]
         limits = self.limits[self.mode]
-        dt = (now - self.last_output_time) if self.last_output_time is not None else 0.0
-        dt = min(max(dt, 0.0), self.cfg.period_s)
+        dt = self.rate_dt(now)
         try:
             out, clips = filter_command(limits, self.scale, cmd, self.q, self.dq,
                                         self.previous_target, dt)
@@ -426,6 +440,9 @@ class Supervisor:
                                   + ', '.join(self._names_idx(cmd.index[np.any(
                                       np.stack(list(clips.values())), axis=0)])))
         if out.position is not None:
+            before = self.previous_target[out.index]
+            moved = ~(before == out.position)      # NaN (no previous target) counts as moved
+            self.target_changed[out.index[moved]] = now
             self.previous_target[out.index] = out.position
         self.hold_position = None
         self.last_output_time = now
