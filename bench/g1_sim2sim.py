@@ -88,6 +88,9 @@ def main():
         sim_overlay['sim_robot'].update(lockstep=True, lockstep_period_s=0.02,
                                         lockstep_timeout_s=0.0, publish_clock=True)
         sim_overlay['policy_runner'].update(lockstep=True, use_sim_time=True)
+        # On sim_robot's /clock, the supervisor forwards each command as it arrives (with its
+        # stamp, which is what the lockstep waits for); its ticks re-send older stamps only.
+        sim_overlay['safety_supervisor'].update(use_sim_time=True)
     else:
         # The phase starts at enable, as the reference's starts at t = 0.
         sim_overlay['policy_runner'].update(
@@ -128,9 +131,9 @@ def main():
 
     procs = []
     try:
-        if not lockstep:
+        stop_hold = threading.Event()
+        if not lockstep and not supervisor:
             # Hold the default pose from before the robot exists, as the reference starts.
-            stop_hold = threading.Event()
 
             def hold_loop():
                 while not stop_hold.is_set():
@@ -155,8 +158,13 @@ def main():
             # The reference's first period: hold the default pose, stamped t = 0.
             msg = JointState(name=names, position=default.tolist())
             hold.publish(msg)
-            wait_for(lambda: any(abs(t - 0.02) < 1e-6 for t in list(states)), 30,
-                     what='sim_robot to step to t = 0.02')
+            try:
+                wait_for(lambda: any(abs(t - 0.02) < 1e-6 for t in list(states)), 30,
+                         what='sim_robot to step to t = 0.02')
+            except AssertionError:
+                for p in procs:
+                    print(p.output()[-1500:], file=sys.stderr)
+                raise
             t0 = time.monotonic()
             future = enable.call_async(SetBool.Request(data=True))
             wait_for(future.done, 10, what='enable')
@@ -188,6 +196,13 @@ def main():
                 wall_s=round(wall, 2), steps_per_s=round(len(actions) / wall, 1))
         else:
             wait_for(lambda: len(poses) > 100, 30, what='base pose')
+            if supervisor:
+                # sim_robot (hold_until_command) starts with the first forwarded command; a
+                # held default pose alone topples the G1 within ~1 s, so the policy's first
+                # command is the one that starts it (the supervisor slews from the measured
+                # pose), as the reference starts its policy at t = 0.
+                wait_for(lambda: safety and json.loads(safety[-1]).get('output') != 'waiting',
+                         30, what='safety_supervisor receiving joint_states')
             future = enable.call_async(SetBool.Request(data=True))
             wait_for(future.done, 10, what='enable')
             stop_hold.set()

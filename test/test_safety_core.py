@@ -207,6 +207,18 @@ def test_watchdog_by_arrival_and_by_stamp():
     w.feed(0.0, 10.2)
     assert 'zero' in w.stale(10.2)
     assert Watchdog('x', 0.05, check_stamp=False).stale(0.0)
+    sim = Watchdog('policy', 0.05)   # on /clock, a simulation's first instant is t = 0
+    sim.feed(0.0, 0.0)
+    assert sim.stale(0.01) is None
+    assert 'arrived' in sim.stale(0.06)
+
+
+def test_supervision_starts_at_simulated_time_zero():
+    sup = Supervisor(config(), 0.0)
+    assert sup.on_joint_state(NAMES, (0.0, 0.0), (0.0, 0.0), 0.0, 0.0)[0]
+    assert sup.on_command('policy', NAMES, (0.0, 0.0), (), (), 0.0, 0.0)[0]
+    out = sup.tick(0.0)
+    assert out is not None and not out.safe
 
 
 # -- supervisor ----------------------------------------------------------------------

@@ -140,8 +140,10 @@ class SimRobot(Node):
                                                     'initial joint positions (rad); empty = model')
         p['seed'] = declare(self, 'seed', 0, 'sensor noise seed', low=0, read_only=True)
         p['hold_until_command'] = declare(self, 'hold_until_command', False, 'do not advance '
-                                          'the physics until the first valid command arrives '
-                                          '(a robot in its gantry; state is still published)',
+                                          'the physics until the first valid command with '
+                                          'position targets (any command in effort mode): a '
+                                          'robot in its gantry, which a safe-mode damping '
+                                          'command does not lower; state is still published',
                                           read_only=True)
         p['plant_enabled'] = declare(self, 'plant_enabled', True, 'apply the hidden plant truth',
                                      read_only=True)
@@ -178,7 +180,9 @@ class SimRobot(Node):
             return
         with self._lock:
             self.plant.submit(cmd, self._arrival_time())
-            self._commanded = True
+            # A damping or zero-torque command (a supervisor's safe mode) leaves the robot in
+            # its gantry; a controller holding or moving it (position targets) lowers it.
+            self._commanded |= cmd.position is not None or self.plant.command_mode == 'effort'
 
     def _arrival_time(self):
         """Map the wall-clock arrival to simulated time (the physics is computed lazily)."""

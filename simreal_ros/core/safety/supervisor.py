@@ -93,7 +93,8 @@ class Watchdog:
             return f'{self.name} last arrived {arrival_age * 1e3:.0f} ms ago ' \
                    f'(timeout {self.timeout * 1e3:.0f} ms)'
         if self.check_stamp:
-            if self.stamp == 0.0:
+            # A zero stamp is old like any other (only a simulation's first instant is 0).
+            if self.stamp == 0.0 and abs(stamp_age) > self.timeout:
                 return f'{self.name} header stamp is zero (stamp messages with the clock time)'
             if abs(stamp_age) > self.timeout:
                 return f'{self.name} header stamp is {stamp_age * 1e3:.0f} ms old ' \
@@ -261,8 +262,8 @@ class Supervisor:
             if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
                 reason = 'joint_states has non-finite values'
         dog = self.dogs['joint_states']
-        if reason is None and self.q is None and dog.check_stamp and (
-                stamp == 0.0 or abs(now - stamp) > dog.timeout):
+        if reason is None and self.q is None and dog.check_stamp and \
+                abs(now - stamp) > dog.timeout:
             # Supervision starts with a fresh reading; an old one delivered at start-up (DDS
             # matching, a slow first tick) is not a stream that stopped.
             reason = (f'joint_states at start-up is {(now - stamp) * 1e3:.0f} ms old (timeout '
@@ -281,7 +282,7 @@ class Supervisor:
             self.state_rejected += 1
             return False, f'imu orientation is not a unit quaternion: {o.tolist()}'
         dog = self.dogs['imu']
-        if not dog.ever and dog.check_stamp and (stamp == 0.0 or abs(now - stamp) > dog.timeout):
+        if not dog.ever and dog.check_stamp and abs(now - stamp) > dog.timeout:
             self.state_rejected += 1
             return False, f'imu at start-up is {(now - stamp) * 1e3:.0f} ms old; waiting'
         self.tilt = tilt_of(o)
