@@ -180,10 +180,23 @@ class Demo:
         if not nodes:
             raise Skip('friction_id, inertia_id, latency_id not available')
         self.start_later()
-        lines, ok = [], True
         self.facts['sysid'] = {}
         if self.graph.node('policy_runner'):
             self.ros.set_bool('policy_runner/enable', False, 'policy_runner')
+        # Each experiment writes its own raw MCAP; the session recording pauses meanwhile so
+        # that its 500 Hz subscriptions do not take the CPU the experiments' timing needs.
+        if self.recorder is not None:
+            self.recorder.pause()
+            self.say('    session recording paused (each experiment records its own MCAP)')
+        try:
+            return self._sysid_runs(nodes)
+        finally:
+            if self.recorder is not None:
+                self.recorder.resume()
+
+    def _sysid_runs(self, nodes):
+        from simreal_ros import sysid_client
+        lines, ok = [], True
         for node in nodes:
             result = None
             for attempt in (1, 2):

@@ -92,6 +92,7 @@ class SessionRecorder:
         self._lock = threading.Lock()
         self.counts = {}
         self._subs = []
+        self._specs = []    # (type, topic, MCAP channel, QoS) of each session topic
         self._node = node
         record_qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         ns = (namespace or '').strip('/')
@@ -104,9 +105,23 @@ class SessionRecorder:
             qos = record_qos if qos_name == 'RECORD' else getattr(common, qos_name)
             msg_type = _import_type(type_name)
             self.counts[fqn] = 0
-            self._subs.append(node.create_subscription(
+            self._specs.append((msg_type, fqn, channel, qos))
+        self.resume()
+
+    def resume(self):
+        """Subscribe to the session topics (again, after pause())."""
+        if self._subs or self._writer is None:
+            return
+        for msg_type, fqn, channel, qos in self._specs:
+            self._subs.append(self._node.create_subscription(
                 msg_type, fqn, lambda data, c=channel, t=fqn: self._write(c, t, data), qos,
                 raw=True))
+
+    def pause(self):
+        """Stop listening (no CPU spent on the session topics) until resume()."""
+        for sub in self._subs:
+            self._node.destroy_subscription(sub)
+        self._subs = []
 
     def _write(self, channel, topic, data):
         now = time.time_ns()
@@ -119,9 +134,7 @@ class SessionRecorder:
 
     def close(self):
         """Stop recording; return {topic: messages written}."""
-        for sub in self._subs:
-            self._node.destroy_subscription(sub)
-        self._subs = []
+        self.pause()
         with self._lock:
             if self._writer is not None:
                 self._writer.finish()

@@ -96,17 +96,27 @@ def test_session_recording_is_a_recording_sim_bridge_reads(tmp_path):
             wait_for(lambda: rec.counts['/hardware/command'] >= sent, 5,
                      what=f'command {sent} recorded')
         wait_for(lambda: rec.counts['/joint_states'] >= 50, 5, what='joint_states recorded')
+        rec.pause()    # no subscriptions: nothing arrives, nothing is written
+        wait_for(lambda: cmd.get_subscription_count() == 0, 20, what='recorder unsubscribed')
+        cmd.publish(JointState(name=names, position=[9.0] * 3))
+        rec.resume()
+        wait_for(lambda: cmd.get_subscription_count(), 20, what='recorder subscribed again')
+        m = JointState(name=names, position=[0.61] * 3)
+        m.header.stamp = rclpy.time.Time(seconds=0.61).to_msg()
+        cmd.publish(m)
+        wait_for(lambda: rec.counts['/hardware/command'] >= 61, 5, what='command after resume')
         counts = rec.close()
         spin.stop()
         source.destroy_node()
     finally:
         rclpy.try_shutdown()
-    assert counts['/hardware/command'] == 60 and counts['/safety/state'] == 1
+    # safety/state is latched: resume() receives the current state again, as it should.
+    assert counts['/hardware/command'] == 61 and counts['/safety/state'] == 2
     t, got_names, q, dq, tau = read_joint_states(tmp_path / 'session.mcap')
     assert got_names == names and q.shape[1] == 3 and np.allclose(dq, 1.0)
     recording = read_mcap(tmp_path / 'session.mcap', names=names)
-    assert len(recording.cmd_t) == 60
-    assert np.allclose(recording.cmd_position[-1], 0.6)
+    assert len(recording.cmd_t) == 61   # the one sent while paused is not there
+    assert np.allclose(recording.cmd_position[-1], 0.61)
 
 
 @pytest.mark.ros
