@@ -285,6 +285,11 @@ def sc_nan_commands(tmp, args):
         rig.close()
 
 
+def prev_t(outputs):
+    """Arrival time of the last output with position targets."""
+    return max(t for t, m in outputs if len(m.position))
+
+
 def sc_far_beyond_limits(tmp, args):
     rig = Rig(tmp)
     try:
@@ -302,7 +307,8 @@ def sc_far_beyond_limits(tmp, args):
         lo, hi = p['position_lower'], p['position_upper']
         rate = [r * stage for r in p['max_target_rate']]
         cap = float(p.get('policy_timeout_s', 0.06))
-        slack = 2 * rig.period   # arrival here vs the supervisor's own clock
+        slack = args.transport_ms * 1e-3   # arrival here vs the supervisor's own clock
+        first_t, first_pos, path = None, None, None
         with rig.lock:
             js = list(rig.js)
         prev, moved_at = None, None
@@ -321,17 +327,31 @@ def sc_far_beyond_limits(tmp, args):
                 allowed = rate[j] * min(t - moved_at[j] + slack, cap) + 1e-9
                 if not (lo[j] - 1e-9 <= v <= hi[j] + 1e-9):
                     text = f'joint {j}: target {v:.4f} outside [{lo[j]}, {hi[j]}]'
-                elif prev is not None and abs(v - prev[j]) > allowed:
-                    towards = q is not None and abs(v - q[j]) < abs(prev[j] - q[j])
-                    if not towards:
-                        text = (f'joint {j}: target moved {v - prev[j]:+.5f} in one output, '
-                                f'limit {allowed:.5f}, away from q')
+                towards = prev is not None and q is not None and \
+                    abs(v - q[j]) < abs(prev[j] - q[j])
+                if text is None and prev is not None and abs(v - prev[j]) > allowed \
+                        and not towards:
+                    text = (f'joint {j}: target moved {v - prev[j]:+.5f} in one output, '
+                            f'limit {allowed:.5f}, away from q')
                 if text:
                     violations += 1
                     examples.append(text)
                 if prev is not None and v != prev[j]:
                     moved_at[j] = t
+                    if not towards:   # the torque rule's pulls towards q are exempt
+                        path[j] += abs(v - prev[j])
+            if first_t is None:
+                first_t, path = t, [0.0] * len(m.position)
             prev = list(m.position)
+        # Over the whole run too: the path each target travelled away from the measured
+        # position, against rate x duration (+ the full credit once, + one transport allowance).
+        if first_t is not None:
+            for j, travelled in enumerate(path):
+                allowed = rate[j] * (prev_t(outputs) - first_t + cap + slack)
+                if travelled > allowed:
+                    violations += 1
+                    examples.append(f'joint {j}: target travelled {travelled:.4f} rad in '
+                                    f'{prev_t(outputs) - first_t:.3f} s, limit {allowed:.4f}')
         clips = rig.probe.get('clips')
         forwarded = sum(1 for _, m in outputs if len(m.position))
         # An e-stop meanwhile (a loaded machine delaying joint_states) only makes the output
