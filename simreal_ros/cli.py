@@ -29,7 +29,10 @@ import time
 
 from simreal_ros.core.config import ConfigError
 
-SERVICE_WAIT_S = 3.0
+# A fresh CLI process discovers the graph's services in well under a second on an idle machine,
+# but several seconds when the machine is busy: an e-stop that gives up too early is worse
+# than one that lands late, so the CLI waits this long before saying a node is not running.
+SERVICE_WAIT_S = 10.0
 SYSID_KINDS = ('friction', 'inertia', 'latency')
 
 
@@ -325,7 +328,7 @@ def describe_parameters(ros, node):
 def cmd_params(args, ros):
     from simreal_ros.graph import ALL_NODES
     nodes = args.nodes or list(ALL_NODES)
-    deadline = time.monotonic() + SERVICE_WAIT_S   # discovery of a fresh CLI node takes a moment
+    deadline = time.monotonic() + 3.0   # discovery of a fresh CLI node takes a moment
     present = set()
     while time.monotonic() < deadline and not set(nodes) <= present:
         present |= {n.split('/')[-1] for n in ros.node_names()}
