@@ -174,7 +174,6 @@ class Demo:
         return _arm3_policy(path)
 
     def sysid(self):
-        from simreal_ros import sysid_client
         nodes = [n for n in ('friction_id', 'inertia_id', 'latency_id')
                  if self.graph.node(n)]
         if not nodes:

@@ -20,7 +20,6 @@ import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
@@ -79,6 +78,7 @@ class SimRobot(Node):
         self._wall_last = None
         self._wall_start = None
         self._pending = None      # (reading, perf_counter time it stands for), published next tick
+        self._offset = None       # ROS time minus perf_counter (s), see _clock_offset
         self._periods_done = 0
         self._sim_last = self.plant.time
 
@@ -256,7 +256,7 @@ class SimRobot(Node):
         """
         now = self.get_clock().now().nanoseconds * 1e-9
         offset = now - time.perf_counter()
-        last = getattr(self, '_offset', None)
+        last = self._offset
         if last is None or offset > last - 1e-6 or abs(offset - last) > 0.05:
             self._offset = offset
         else:
