@@ -11,9 +11,9 @@ the first period holds the default pose (sent by this bench, stamped t = 0).
 realtime: both nodes run on the wall clock; this bench holds the default pose until the runner
 is enabled, then reports `distance_m`, `min_base_z`, `fell`, `deadline_misses` after 20 s.
 
-The path is policy_runner -> policy/command -> safety_supervisor -> hardware/command ->
-sim_robot when `--supervisor` is given and the node exists; otherwise sim_robot listens to
-policy/command directly (remap). The base pose comes from sim_robot's ground truth
+The path is policy_runner -> policy/command -> safety_supervisor (stage 1.00) ->
+hardware/command -> sim_robot; with `--supervisor off` sim_robot listens to policy/command
+directly (remap). The base pose comes from sim_robot's ground truth
 (`sim/base_pose`). The last line printed is a JSON summary.
 """
 import argparse
@@ -45,10 +45,9 @@ def main():
     parser.add_argument('--mode', choices=('lockstep', 'realtime'), default='lockstep')
     parser.add_argument('--steps', type=int, default=1000, help='lockstep policy steps')
     parser.add_argument('--duration', type=float, default=20.0, help='realtime seconds')
-    parser.add_argument('--supervisor', choices=('auto', 'on', 'off'), default='auto',
-                        help='route through safety_supervisor at full stage; auto = in '
-                        'realtime mode (in lockstep it re-stamps and ticks on its own timer, so '
-                        'the simulation cannot tell which command belongs to which state)')
+    parser.add_argument('--supervisor', choices=('on', 'off'), default='on',
+                        help='route through safety_supervisor at full stage (default), or let '
+                        'sim_robot take policy/command directly')
     parser.add_argument('--rtf', type=float, default=1.0,
                         help='realtime mode: real_time_factor of sim_robot; other than 1 runs '
                         'every node on its /clock (use_sim_time), for loaded machines')
@@ -75,7 +74,7 @@ def main():
     scale = float(runner_params['action.scale'])
     lockstep = args.mode == 'lockstep'
 
-    supervisor = args.supervisor == 'on' or (args.supervisor == 'auto' and not lockstep)
+    supervisor = args.supervisor == 'on'
     if supervisor and not (REPO / 'simreal_ros' / 'nodes' / 'safety_supervisor.py').is_file():
         print('safety_supervisor not found: running without it', file=sys.stderr)
         supervisor = False

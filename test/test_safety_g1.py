@@ -24,7 +24,7 @@ def replay(g1_dir, scale):
     names = list(cfg.limits.names)
     changed, t = 0, 1.0
     q0 = obs[0, 9:21] + DEFAULT
-    for _ in range(10):   # 20 ms holding the start pose (the slew starts from the measured one)
+    for _ in range(10):   # 20 ms holding the start pose
         sup.on_joint_state(names, q0, np.zeros(12), t, t)
         sup.on_command('policy', names, q0, [], [], t, t)
         sup.tick(t)

@@ -245,7 +245,6 @@ def supervisor_property(events):
             mode, scale = sup.mode, (sup.stage.scale if sup.mode == 'policy' else 1.0)
             cmd = sup.commands[mode]
             prev = sup.previous_target.copy()
-            last = sup.last_output_time
             q = None if sup.q is None else sup.q.copy()
             dq = None if sup.dq is None else sup.dq.copy()
             out = sup.tick(t)
@@ -265,10 +264,10 @@ def supervisor_property(events):
             assert mode != 'policy' or sup.stage.scale <= scale or sup.cfg.auto_advance
             assert not sup.latched
             # The rate limit's time, modelled here: since the target last moved, capped by the
-            # source's timeout; from the measured position one supervisor period.
-            first = min(max(t - last, 0.0), sup.cfg.period_s) if last is not None else 0.0
-            since = np.clip(t - changed, 0.0, sup.cfg.timeouts[mode])
-            dt = np.where(np.isfinite(prev) & np.isfinite(since), since, first)
+            # source's timeout; with no previous target (measured from the measured position)
+            # that cap.
+            cap = sup.cfg.timeouts[mode]
+            dt = np.where(np.isfinite(prev), np.minimum(np.maximum(t - changed, 0.0), cap), cap)
             limits = sup.limits[mode]
             from simreal_ros.core.safety import Command
             got = Command(np.array([SUP_NAMES.index(n) for n in out.names]), out.position,

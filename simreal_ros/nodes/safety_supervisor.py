@@ -270,8 +270,11 @@ class SafetySupervisor(Node):
         if out is None:
             return
         msg = JointState()
-        # Forwarded commands keep the source's stamp (the state they were computed from).
-        stamp = out.stamp if out.stamp is not None and out.stamp > 0 else now
+        # Forwarded commands keep the source's stamp (the state they were computed from), also
+        # an unstamped source's 0: re-stamping it with now would make a lockstep simulator
+        # (which steps on a command stamped >= its time) step on a re-sent old command.
+        # Safe-mode outputs are the supervisor's own, stamped now.
+        stamp = out.stamp if out.stamp is not None and not out.safe else now
         msg.header.stamp = Time(nanoseconds=int(round(stamp * 1e9))).to_msg()
         msg.name = list(out.names)
         for key in ('position', 'velocity', 'effort'):

@@ -385,15 +385,17 @@ class Supervisor:
         """Per joint: the time the rate limit allows a target change for (s).
 
         A source slower than the supervisor sends a staircase; each step may move as far as
-        the rate allows over the time since the target last moved (at most the source's
-        timeout), so a command stream within the rate passes unchanged and a faster one is
-        slewed over the following ticks. Without a previous target the slew starts from the
-        measured position, with one supervisor period per tick.
+        the rate allows over the time since the target last moved, at most the source's
+        timeout, so a command stream within the rate passes unchanged and a faster one is
+        slewed over the following ticks. Without a previous target (the first output, or the
+        first after an e-stop or a mode switch) the step is measured from the measured
+        position, which the target has not left for at least that long: the same cap, one
+        source timeout. The torque limit, which scales with the stage, bounds that first step
+        too, and a reset needs the command near the state in the first place.
         """
-        since_output = (now - self.last_output_time) if self.last_output_time is not None else 0.0
-        first = min(max(since_output, 0.0), self.cfg.period_s)
-        since = np.clip(now - self.target_changed, 0.0, self.cfg.timeouts[self.mode])
-        return np.where(np.isfinite(self.previous_target) & np.isfinite(since), since, first)
+        cap = self.cfg.timeouts[self.mode]
+        since = np.clip(now - self.target_changed, 0.0, cap)
+        return np.where(np.isfinite(self.previous_target) & np.isfinite(since), since, cap)
 
     @property
     def scale(self):
