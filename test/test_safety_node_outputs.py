@@ -1,0 +1,161 @@
+"""safety_supervisor's outputs as a process: the ros2_control Float64MultiArray in its configured
+joint order, the `hold` and `zero_torque` safe modes on the wire, and `auto_advance` promoting
+through the stages by itself (recorded to its stage file), against a real sim_robot.
+"""
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+import rclpy
+from std_msgs.msg import Float64MultiArray
+
+from rosproc import NodeProcess, wait_for
+from test_safety_node import ARM, NAMES, RECORD_QOS, SafetyProbe
+
+pytestmark = pytest.mark.ros
+ORDER = ['elbow_pitch', 'shoulder_yaw', 'shoulder_pitch']   # not the driver's order
+ARRAY_TOPIC = 'forward_position_controller/commands'
+
+
+class ArrayProbe(SafetyProbe):
+    """SafetyProbe that also records the Float64MultiArray output."""
+
+    def __init__(self, topic):
+        super().__init__(name='safety_array_probe')
+        self.arrays = []
+        self.node.create_subscription(Float64MultiArray, topic, self._on_array, RECORD_QOS)
+
+    def _on_array(self, msg):
+        with self.lock:
+            self.arrays.append((time.monotonic(), list(msg.data)))
+
+    def arrays_since(self, t):
+        with self.lock:
+            return [d for ta, d in self.arrays if ta >= t]
+
+
+@pytest.fixture()
+def ros():
+    rclpy.init()
+    procs = []
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop()
+        rclpy.try_shutdown()
+
+
+def start(procs, tmp_path, **params):
+    procs.append(NodeProcess('sim_robot', params_file=ARM))
+    procs.append(NodeProcess('safety_supervisor', params_file=ARM, params={
+        'stage_file': str(tmp_path / 'stages.json'), 'joint_states_timeout_s': 1.0,
+        'policy_timeout_s': 0.2, **params}))
+    return procs[-1]
+
+
+def forwarding(probe):
+    wait_for(lambda: probe.joint_states is not None, 30, what='joint_states from sim_robot')
+    probe.hold_current()
+    wait_for(lambda: probe.get('output') == 'forwarding', 20, what='forwarding')
+
+
+def test_array_output_in_configured_order_and_hold_safe_mode(ros, tmp_path):
+    sup = start(ros, tmp_path, safe_mode='hold', array_topic=ARRAY_TOPIC,
+                array_joint_order=ORDER, array_field='position')
+    probe = ArrayProbe(ARRAY_TOPIC)
+    try:
+        forwarding(probe)
+        # Forwarding: a pose off the measured one (within the limits), arrays in ORDER.
+        q = list(probe.joint_states.position)
+        target = [q[0] + 0.05, q[1] - 0.04, q[2] + 0.03]
+        probe.target = target
+        by_name = dict(zip(NAMES, target))
+        want = [by_name[n] for n in ORDER]
+        t0 = time.monotonic()
+        wait_for(lambda: any(np.allclose(d, want, atol=1e-9) for d in probe.arrays_since(t0)),
+                 10, what='the array carrying the target in array_joint_order')
+        # The JointState output carries the same values by name.
+        last = probe.since(t0)[-1][1]
+        assert dict(zip(last.name, last.position)) == pytest.approx(by_name, abs=1e-9)
+
+        # E-stop in hold mode: the JointState output holds the position at the trip (by name),
+        # and so does the array, in ORDER; nothing forwarded afterwards.
+        wait_for(lambda: np.allclose(probe.joint_states.position, target, atol=0.02), 10,
+                 what='the arm at the target')
+        reply = probe.call(probe.clients['estop'])
+        assert reply.success, reply.message
+        answered = time.monotonic()
+        probe.target = [q[0] - 0.2, q[1], q[2]]   # the policy goes on: must not pass
+        wait_for(lambda: len(probe.since(answered)) > 20
+                 and len(probe.arrays_since(answered)) > 20, 5, what='outputs after e-stop')
+        held = probe.since(answered)
+        first = dict(zip(held[0][1].name, held[0][1].position))
+        assert set(first) == set(NAMES)
+        assert all(dict(zip(m.name, m.position)) == first for _, m in held), 'hold moved'
+        assert first == pytest.approx(by_name, abs=0.03)   # where the arm was at the trip
+        arrays = probe.arrays_since(answered)
+        assert all(d == [first[n] for n in ORDER] for d in arrays), arrays[:3]
+        wait_for(lambda: probe.get('estop') is True, 5, what='latched state')
+        assert probe.get('safe_mode') == 'hold'
+    finally:
+        probe.close()
+    assert sup.proc.poll() is None, sup.output()
+
+
+def test_zero_torque_safe_mode_on_the_wire(ros, tmp_path):
+    sup = start(ros, tmp_path, safe_mode='zero_torque', array_topic=ARRAY_TOPIC,
+                array_joint_order=ORDER, array_field='effort')
+    probe = ArrayProbe(ARRAY_TOPIC)
+    try:
+        forwarding(probe)
+        reply = probe.call(probe.clients['estop'])
+        assert reply.success, reply.message
+        answered = time.monotonic()
+        wait_for(lambda: len(probe.since(answered)) > 20
+                 and len(probe.arrays_since(answered)) > 20, 5, what='outputs after e-stop')
+        for _, m in probe.since(answered):
+            assert len(m.position) == 0 and len(m.velocity) == 0, m
+            assert sorted(m.name) == sorted(NAMES) and list(m.effort) == [0.0, 0.0, 0.0], m
+        assert all(d == [0.0, 0.0, 0.0] for d in probe.arrays_since(answered))
+    finally:
+        probe.close()
+    assert sup.proc.poll() is None, sup.output()
+
+
+def test_auto_advance_promotes_one_stage_per_clean_dwell_and_records_it(ros, tmp_path):
+    dwell = 1.0
+    sup = start(ros, tmp_path, auto_advance=True, stages=[0.1, 0.25, 0.5],
+                stage_dwell_s=[dwell], resume_stage=False)
+    probe = SafetyProbe(name='safety_auto_probe')
+    stages = []
+    stop = threading.Event()
+
+    def watch():   # the stage over time, from the latched safety/state
+        while not stop.is_set():
+            stage = (probe.get('stage') or {}).get('stage')
+            if stage is not None and (not stages or stages[-1][1] != stage):
+                stages.append((time.monotonic(), stage))
+            stop.wait(0.01)
+    thread = threading.Thread(target=watch, daemon=True)
+    try:
+        forwarding(probe)
+        thread.start()
+        wait_for(lambda: probe.get('stage')['stage'] == 0.5, 30, what='auto_advance to 0.50')
+        stop.set()
+        thread.join()
+        seen = [s for _, s in stages]
+        assert seen == [0.1, 0.25, 0.5], seen      # one stage at a time, none skipped
+        times = [t for t, _ in stages]
+        assert times[2] - times[1] >= dwell - 0.2  # each after a clean dwell (state at 10 Hz)
+        record = json.loads((tmp_path / 'stages.json').read_text())
+        assert record['highest'] == 0.5
+        moves = [t for t in record['transitions'] if t['from'] != t['to']]   # not 'start'
+        assert [(t['from'], t['to']) for t in moves] == [(0.1, 0.25), (0.25, 0.5)], record
+        assert all('auto' in t['cause'] for t in moves), record
+    finally:
+        stop.set()
+        probe.close()
+    assert sup.proc.poll() is None, sup.output()
