@@ -145,8 +145,7 @@ def set_joints(ros, node, joints):
     resp = ros.call(SetParameters, f'{node}/set_parameters', req, node)
     result = resp.results[0]
     if not result.successful:
-        raise _missing(f'{node} refused joints={list(joints)}: {result.reason} (restart it '
-                       f'with `joints` set in the robot parameter file)')
+        raise _missing(f'{node} refused joints={list(joints)}: {result.reason}')
 
 
 def format_result(result):

@@ -83,6 +83,23 @@ class Client:
         wait_for(future.done, timeout, what=f'{client.srv_name} response')
         return future.result()
 
+    def set_joints(self, node_name, joints, timeout=30.0):
+        """Set the node's `joints` parameter; return (successful, reason)."""
+        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+        from rcl_interfaces.srv import SetParameters
+        client = self.node.create_client(SetParameters, f'/{node_name}/set_parameters')
+        try:
+            wait_for(client.service_is_ready, timeout, what=f'{node_name}/set_parameters')
+            value = ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY,
+                                   string_array_value=list(joints))
+            future = client.call_async(SetParameters.Request(
+                parameters=[Parameter(name='joints', value=value)]))
+            wait_for(future.done, timeout, what='set_parameters response')
+            result = future.result().results[0]
+            return result.successful, result.reason
+        finally:
+            self.node.destroy_client(client)
+
     def close(self):
         import rclpy
         self.spinner.stop()
@@ -104,9 +121,16 @@ def running(setup):
 
 def test_abort_mid_run_publishes_no_result(running):
     client, tmp, _, _, node = running
+    # `joints` (simreal sysid --joints) is settable while idle, by known names only.
+    ok, why = client.set_joints('friction_id', ['elbow_pitch', 'wrist'])
+    assert not ok and "['wrist'] not in joint_names" in why, why
+    ok, why = client.set_joints('friction_id', ['shoulder_pitch', 'elbow_pitch'])
+    assert ok, why
     reply = wait_for(lambda: (lambda r: r if r.success else None)(client.call(client.start)),
                      120.0, interval=1.0, what='friction_id to accept ~/start (joint_states)')
-    assert 'elbow_pitch' in reply.message
+    assert "['shoulder_pitch', 'elbow_pitch']" in reply.message, reply.message
+    ok, why = client.set_joints('friction_id', ['elbow_pitch'])
+    assert not ok and 'running' in why, why     # not while an experiment runs
     wait_for(lambda: any((p.get('percent') or 0) > 15 for p in client.progress), 120.0,
              what='progress beyond 15 %')
     assert all({'phase', 'percent', 'time_left_s'} <= set(p) for p in client.progress)
@@ -120,6 +144,8 @@ def test_abort_mid_run_publishes_no_result(running):
     assert client.results == []
     assert not list((tmp / 'results').glob('*.yaml'))
     assert len(client.commands) - sent < 5
+    ok, why = client.set_joints('friction_id', ['elbow_pitch'])   # idle again: accepted
+    assert ok, why
 
 
 def test_run_publishes_result_with_interval_and_raw_data(running):

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 
-from rcl_interfaces.msg import ParameterDescriptor
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -121,6 +121,7 @@ class SysidNode(Node):
                                        callback_group=control)
         self.timer.cancel()
         self.bridge = None
+        self.add_on_set_parameters_callback(self._on_set_parameters)
         self.get_logger().info(
             f'{self.KIND} identification ready for {self.joints}; commands on '
             f'{self.pub_cmd.topic_name}; start with: ros2 service call '
@@ -128,9 +129,35 @@ class SysidNode(Node):
 
     # -- parameters ------------------------------------------------------------------------
     def _array(self, name, ptype, description):
-        desc = ParameterDescriptor(description=description, read_only=True)
+        # `joints` may be set while idle (`simreal sysid --joints`, `ros2 param set`); the rest
+        # shapes the experiment design and its limits, fixed at start-up.
+        desc = ParameterDescriptor(description=description, read_only=name != 'joints')
         value = self.declare_parameter(name, ptype, desc).value
         return list(value) if value is not None else []
+
+    def _on_set_parameters(self, params):
+        """Accept `joints` (the only writable parameter) while no experiment runs."""
+        for param in params:
+            if param.name != 'joints':
+                continue
+            if param.type_ != Parameter.Type.STRING_ARRAY:
+                return SetParametersResult(successful=False, reason='joints is a string array '
+                                           'of joint names (empty = all joint_names)')
+            joints = list(param.value) or list(self.index)
+            unknown = [j for j in joints if j not in self.index]
+            if unknown:
+                return SetParametersResult(successful=False, reason=(
+                    f'{unknown} not in joint_names {list(self.index)}'))
+            if len(set(joints)) != len(joints):
+                return SetParametersResult(successful=False,
+                                           reason=f'joints {joints} names a joint twice')
+            with self._lock:
+                if self.session is not None:
+                    return SetParametersResult(successful=False, reason=(
+                        f'an experiment is running on {self.joints}; abort it or wait'))
+                self.joints = joints
+            self.get_logger().info(f'joints set to {joints}')
+        return SetParametersResult(successful=True)
 
     def _declare_parameters(self):
         p = {}
