@@ -75,6 +75,9 @@ def sleep_loop(policy, duration, out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--duration', type=float, default=60.0)
+    parser.add_argument('--align', choices=('on', 'off'), default='on',
+                        help="policy_runner's align_to_joint_states (tick phase chosen just "
+                        'after the joint_states arrivals, the default) or a free-running timer')
     args = parser.parse_args()
     if not (G1 / 'scene.xml').is_file():
         print(json.dumps({'skipped': f'shared G1 model not found at {G1}'}))
@@ -93,6 +96,7 @@ def main():
     overlay = tmp / 'overlay.yaml'
     overlay.write_text(yaml.safe_dump({'policy_runner': {'ros__parameters': {
         'policy_path': policy, 'rate_hz': 100.0, 'max_input_age_s': 0.02,
+        'align_to_joint_states': args.align == 'on',
         'observation': {'terms': ['base_ang_vel', 'projected_gravity', 'velocity_command',
                                   'joint_pos', 'joint_vel', 'last_action', 'gait_phase',
                                   'bias'],
@@ -112,7 +116,7 @@ def main():
     enable = node.create_client(SetBool, 'policy_runner/enable')
     spinner = Spinner(node)
     procs = []
-    summary = {'duration_s': args.duration, 'rate_hz': 100.0,
+    summary = {'duration_s': args.duration, 'rate_hz': 100.0, 'align': args.align,
                'policy': '48->512->256->128->12 ELU MLP'}
     try:
         procs.append(NodeProcess('sim_robot', params_file=CONFIG,
@@ -142,7 +146,10 @@ def main():
             'deadline_misses': int(final['deadline_misses']),
             'inference_p99_us': float(final['inference_us_p99']),
             'e2e_latency_p99_ms': float(final['e2e_latency_ms_p99']),
+            'e2e_latency_p50_ms': float(final['e2e_latency_ms_p50']),
             'obs_age_p99_ms': float(final['obs_age_ms_p99']),
+            'phase_alignments': int(final.get('phase_alignments', 0)),
+            'align_offset_ms': float(final.get('align_offset_ms', 'nan')),
             'published': int(final['published']),
             'stale_ticks': int(final['stale_ticks']),
             'floor_hop_p50_ms': percentile(hops, 50), 'floor_hop_p99_ms': percentile(hops, 99),

@@ -100,3 +100,47 @@ def test_action_processing_clip_scale_offset_and_effort_mode():
         e.process([np.nan, 0.0])
     with pytest.raises(ConfigError, match='action.mode'):
         ActionProcessor(2, 'velocity')
+
+
+def test_phase_aligner_ticks_after_the_arrivals_at_their_phase():
+    from simreal_ros.core.policy import PhaseAligner
+    rng = np.random.default_rng(0)
+    al = PhaseAligner(margin_s=0.0002, min_samples=50)
+    assert al.next_tick(0.0) is None                  # nothing measured yet
+    t0 = 100.0007                                      # 500 Hz, phase 0.7 ms, jitter 0-0.3 ms
+    arrivals = t0 + 0.002 * np.arange(200) + 0.0003 * rng.random(200)
+    for a in arrivals:
+        al.on_state(a)
+    now = arrivals[-1] + 0.0001
+    tick = al.next_tick(now)
+    assert al.stream_period() == pytest.approx(0.002, abs=5e-5)
+    # After (nearly) every arrival of its period, by the margin: not 2 ms late, not early.
+    phase = (tick - t0) % 0.002
+    assert 0.0003 + 0.0002 - 1e-4 <= phase <= 0.0003 + 0.0002 + 2e-4, phase
+    assert now + al.min_lead < tick <= now + al.min_lead + 0.002
+
+
+def test_phase_aligner_handles_arrivals_straddling_the_period_boundary():
+    from simreal_ros.core.policy import PhaseAligner
+    rng = np.random.default_rng(1)
+    al = PhaseAligner(margin_s=0.0002, min_samples=50)
+    # Phase 1.9 ms +- 0.2 ms: half the arrivals fold to ~0.1 ms (a naive mean says 1 ms).
+    arrivals = 0.002 * np.arange(300) + 0.0019 + 0.0002 * (rng.random(300) - 0.5)
+    for a in arrivals:
+        al.on_state(a)
+    tick = al.next_tick(arrivals[-1])
+    phase = (tick - 0.0019) % 0.002                    # after the arrival phase
+    assert 0.0001 <= phase <= 0.0005, phase
+
+
+def test_phase_aligner_asks_to_realign_when_the_sampling_delay_drifts():
+    from simreal_ros.core.policy import PhaseAligner
+    al = PhaseAligner(min_samples=10, window=20)
+    for k in range(50):
+        al.on_state(k * 0.002 + 0.0004)
+    al.next_tick(0.1)
+    # Waits within the allowance: no re-alignment, however long it runs.
+    assert not any(al.on_tick(0.0002) for _ in range(100))
+    # The phase drifted: the newest message waits 1.9 ms (it arrived just after a tick).
+    flags = [al.on_tick(0.0019) for _ in range(20)]
+    assert flags[-1] and not any(flags[:9])            # the median decides, not one tick

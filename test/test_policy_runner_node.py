@@ -120,6 +120,9 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
             stamps = set(probe.state_stamps)
         assert list(cmd.name) == NAMES and len(cmd.position) == 3
         assert (cmd.header.stamp.sec, cmd.header.stamp.nanosec) in stamps
+        # On the wall clock the enable aligned the tick phase to joint_states, once.
+        diag_advances(probe, 'phase_alignments', 0)
+        assert 0 < (probe.number('align_offset_ms') or 0) < 2.0   # within a 500 Hz period
 
         # A non-finite policy output is counted and never published; it resumes after.
         probe.send_cmd(-3.0)  # the test policy's NaN gate: obs[9] = cmd vx < -1

@@ -11,6 +11,7 @@ ONNX metadata (`custom_metadata_map`), when the exporter wrote it (mjlab / Isaac
 JSON lists), is read and compared with the configuration by `check_metadata`.
 """
 import json
+import math
 import os
 import re
 
@@ -363,3 +364,67 @@ class LoopTiming:
                 out[key + '_p99'] = float(np.percentile(arr, 99))
                 out[key + '_max'] = float(arr.max())
         return out
+
+
+class PhaseAligner:
+    """Phase of a timer-driven loop against a faster sensor stream (joint_states).
+
+    A 100 Hz tick sampling a 500 Hz stream at an arbitrary phase uses a message that waited
+    0 to 2 ms for it. Aligned, each tick falls `margin` after the time by which nearly every
+    message has arrived: the arrival times (this process's clock) folded onto the stream's
+    period give the arrival phase and its spread; the tick goes after the `quantile` of the
+    spread. The loop stays timer-driven (its period is the timer's); only its phase is chosen,
+    once at enable and again when the sampling delay drifts (clock drift, a driver restart).
+    """
+
+    def __init__(self, margin_s=0.0002, quantile=99.0, min_samples=50, keep=500,
+                 window=100, min_lead_s=0.0002):
+        from collections import deque
+        self.margin = float(margin_s)
+        self.quantile = float(quantile)
+        self.min_samples = int(min_samples)
+        self.min_lead = float(min_lead_s)
+        self.arrivals = deque(maxlen=keep)
+        self.delays = deque(maxlen=window)
+        self.offset = None      # the aligned tick's time after the mean arrival phase (s)
+
+    def on_state(self, arrival):
+        """Record the arrival time of one message (s, a monotonic clock)."""
+        self.arrivals.append(float(arrival))
+
+    def ready(self):
+        return len(self.arrivals) >= self.min_samples
+
+    def stream_period(self):
+        a = np.fromiter(self.arrivals, float)
+        return float(np.median(np.diff(a))) if len(a) > 1 else None
+
+    def next_tick(self, now):
+        """Return the time (the arrivals' clock) of the next aligned tick (> now + min_lead)."""
+        if not self.ready():
+            return None
+        a = np.fromiter(self.arrivals, float)
+        period = self.stream_period()
+        if not period or period <= 0:
+            return None
+        angle = 2 * np.pi * (a - a[-1]) / period
+        mean = float(np.angle(np.mean(np.exp(1j * angle))))   # circular mean phase
+        dev = (angle - mean + np.pi) % (2 * np.pi) - np.pi     # wrapped to [-pi, pi)
+        late = float(np.percentile(dev, self.quantile)) * period / (2 * np.pi)
+        self.offset = late + self.margin
+        t = a[-1] + mean * period / (2 * np.pi) + self.offset
+        t += period * math.ceil((now + self.min_lead - t) / period)
+        self.delays.clear()
+        return float(t)
+
+    def on_tick(self, sampling_delay):
+        """Record how long the newest message waited for this tick (s); True = re-align.
+
+        Re-align when the median wait over a full window exceeds the alignment's allowance
+        by half a stream period: the phase has drifted.
+        """
+        self.delays.append(float(sampling_delay))
+        if self.offset is None or len(self.delays) < self.delays.maxlen:
+            return False
+        median = float(np.median(np.fromiter(self.delays, float)))
+        return median > self.offset + 0.5 * (self.stream_period() or 0.0)

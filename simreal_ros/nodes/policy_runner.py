@@ -15,7 +15,10 @@ nothing, and it is counted and reported (the safety_supervisor turns silence int
 A non-finite policy output is never published. `policy/command` (sensor_msgs/JointState) names
 the driver's joints and carries the stamp of the joint_states the command was computed from.
 Per-tick timing (period error, inference time, observation age, latency, deadline misses) goes to
-`/diagnostics`.
+`/diagnostics`. On the wall clock the tick's phase is aligned to the joint_states stream
+(`align_to_joint_states`): at enable, and again if it drifts, the timer restarts just after the
+time by which nearly every joint_states message of a period has arrived, so the newest message
+a tick uses has waited a fraction of the stream period instead of anything up to a whole one.
 
 With `lockstep: true` (for sim_robot's lockstep mode) a command is computed once per new
 observation stamp, when joint_states and imu of that stamp have both arrived, instead of on the
@@ -35,7 +38,8 @@ from std_srvs.srv import SetBool, Trigger
 
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.observation import term_parameters
-from simreal_ros.core.policy import RUNNER_PARAMETERS, LoopTiming, PolicyController
+from simreal_ros.core.policy import (RUNNER_PARAMETERS, LoopTiming, PhaseAligner,
+                                     PolicyController)
 from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS, declare, run, stamp_to_sec
 
 
@@ -54,7 +58,7 @@ class PolicyRunner(Node):
         self.lockstep = bool(params['lockstep'])
         self.enabled = False
         self.counters = dict(ticks=0, published=0, stale_ticks=0, bad_input=0, non_finite=0,
-                             resets=0, lockstep_steps=0)
+                             resets=0, lockstep_steps=0, phase_alignments=0)
         self.last_problem = ''
         self.timing = LoopTiming(self.period)
         self._lock = threading.Lock()
@@ -75,7 +79,16 @@ class PolicyRunner(Node):
         self.create_subscription(Twist, 'cmd_vel', self._on_cmd_vel, 10, callback_group=inputs)
         self.create_service(SetBool, '~/enable', self._on_enable, callback_group=control)
         self.create_service(Trigger, '~/reset', self._on_reset, callback_group=control)
-        self.create_timer(self.period, self._tick, callback_group=control)
+        self.control = control
+        self.tick_timer = self.create_timer(self.period, self._tick, callback_group=control)
+        # Phase alignment to joint_states (wall clock only: on /clock the timer already fires
+        # on the simulation's clock messages; in lockstep the observation drives the step).
+        self.aligner = (PhaseAligner(margin_s=params['align_margin_s'])
+                        if params['align_to_joint_states'] and not self.lockstep
+                        and not self.get_parameter('use_sim_time').value else None)
+        self._align_pending = None    # why an alignment is due: 'enable' or 'drift'
+        self._align_timer = None
+        self._align_reason = None
         self.create_timer(1.0, self._publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         session = self.ctl.session
@@ -99,6 +112,14 @@ class PolicyRunner(Node):
         p['cmd_vel_timeout_s'] = self._declare(
             'cmd_vel_timeout_s', 0.0, 'after this long without cmd_vel the configured default '
             'command is used again (s); 0 = keep the last one', 0.0, 3600.0)
+        p['align_to_joint_states'] = self._declare(
+            'align_to_joint_states', True, 'choose the tick phase so each tick falls just '
+            'after a joint_states message has arrived (the 99th percentile of the arrival '
+            'phase spread + align_margin_s), at enable and when it drifts; the rate stays '
+            'rate_hz (wall clock only)', None, None)
+        p['align_margin_s'] = self._declare(
+            'align_margin_s', 0.0002, 'margin after the 99th-percentile joint_states arrival '
+            'phase (s)', 0.0, 0.1)
         p['lockstep'] = self._declare(
             'lockstep', False, 'compute once per new observation stamp (with sim_robot '
             'lockstep) instead of on the timer', None, None)
@@ -124,9 +145,35 @@ class PolicyRunner(Node):
 
     # -- inputs ---------------------------------------------------------------------------
     def _on_joint_states(self, msg):
-        self._joint = (msg, time.perf_counter())
+        arrival = time.perf_counter()
+        self._joint = (msg, arrival)
         if self.lockstep:
             self._lockstep_try()
+        elif self.aligner is not None:
+            self.aligner.on_state(arrival)
+            if self._align_pending and self.enabled and self._align_timer is None:
+                self._schedule_alignment(time.perf_counter())
+
+    # -- phase alignment ------------------------------------------------------------------
+    def _schedule_alignment(self, now):
+        """Start a one-shot timer for the aligned tick; the periodic timer restarts from it."""
+        when = self.aligner.next_tick(now)
+        if when is None:
+            return   # not enough joint_states yet: the plain timer phase meanwhile
+        self._align_reason, self._align_pending = self._align_pending, None
+        self._align_timer = self.create_timer(max(when - now, 1e-5), self._aligned_tick,
+                                              callback_group=self.control,
+                                              clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    def _aligned_tick(self):
+        timer, self._align_timer = self._align_timer, None
+        if timer is not None:
+            self.destroy_timer(timer)
+        self.tick_timer.reset()   # the next periodic tick is one period from now
+        self.counters['phase_alignments'] += 1
+        if self._align_reason == 'enable':
+            self.timing.restart()   # the loop starts here; a drift re-alignment is a period
+        self._tick(aligned=True)
 
     def _on_imu(self, msg):
         self._imu = (msg, time.perf_counter())
@@ -145,6 +192,7 @@ class PolicyRunner(Node):
             if request.data and not self.enabled:
                 self.ctl.reset(self._now())
                 self.timing.restart()
+                self._align_pending = 'enable' if self.aligner is not None else None
             self.enabled = bool(request.data)
         response.success = True
         response.message = ('enabled: publishing policy/command' if self.enabled
@@ -163,9 +211,11 @@ class PolicyRunner(Node):
         return response
 
     # -- the loop -------------------------------------------------------------------------
-    def _tick(self):
+    def _tick(self, aligned=False):
         if self.lockstep:
             return
+        if not aligned and self._align_timer is not None and self._align_reason == 'enable':
+            return   # enabled a moment ago: the first tick is the aligned one, due shortly
         now = self._now()
         wall0 = time.perf_counter()
         with self._lock:
@@ -183,6 +233,8 @@ class PolicyRunner(Node):
                 self.get_logger().warning(f'not publishing: {stale}', throttle_duration_sec=2.0)
                 return
             self._compute_and_publish(joint, imu, now)
+            if self.aligner is not None and self.aligner.on_tick(wall0 - joint[1]):
+                self._align_pending = 'drift'   # re-align at the next joint_states
         self.timing.overrun(time.perf_counter() - wall0)
 
     def _stale(self, entry, topic, now):
@@ -267,6 +319,8 @@ class PolicyRunner(Node):
         values = dict(counters, enabled=self.enabled, rate_hz=1 / self.period,
                       observation_clipped=self.ctl.builder.clipped,
                       action_clipped=self.ctl.actions.clipped, last_problem=self.last_problem)
+        if self.aligner is not None and self.aligner.offset is not None:
+            values['align_offset_ms'] = round(self.aligner.offset * 1e3, 3)
         values.update({k: (f'{v:.4f}' if isinstance(v, float) else v)
                        for k, v in summary.items()})
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
