@@ -140,3 +140,51 @@ def test_sim_bridge_refuses_a_missing_model_with_a_clear_message(tmp_path):
         proc.stop()
     assert code == 2, out
     assert 'configuration error' in out and 'no.xml' in out
+
+
+def test_sim_bridge_refine_service_fits_in_the_background_and_sets_the_parameters(
+        recording_dir, tmp_path):
+    folder, truth, names = recording_dir
+    proc = NodeProcess('sim_bridge', CONFIG, params={'recordings_dir': str(folder),
+                                                     'export_dir': str(tmp_path / 'export')})
+    rclpy.init()
+    node = rclpy.create_node('test_sim_bridge_refine')
+    refined, gaps = [], []
+    node.create_subscription(String, '/sim_bridge/refined',
+                             lambda m: refined.append(json.loads(m.data)), LATCHED_QOS)
+    node.create_subscription(String, '/sim_bridge/gap', lambda m: gaps.append(json.loads(m.data)),
+                             LATCHED_QOS)
+    refine = node.create_client(Trigger, '/sim_bridge/refine')
+    evaluate = node.create_client(Trigger, '/sim_bridge/evaluate_gap')
+    setp = node.create_client(SetParameters, '/sim_bridge/set_parameters')
+    spinner = Spinner(node)
+    try:
+        res = _call(node, refine, Trigger.Request())   # from the config's nominal values
+        assert res.success and 'in the background' in res.message, res.message
+        assert all(j in res.message for j in names)
+        # The replayer is the refinement's meanwhile: replays are refused, with the reason.
+        busy = _call(node, evaluate, Trigger.Request())
+        assert not busy.success and 'refinement is running' in busy.message, busy.message
+        again = _call(node, refine, Trigger.Request())
+        assert not again.success and 'refinement is running' in again.message
+        # Parameters stay settable meanwhile (the node is not blocked).
+        assert _set(node, setp, {'gap_threshold': 0.15})[0].successful
+        doc = wait_for(lambda: refined[-1] if refined else None, 600, what='/sim_bridge/refined')
+        assert doc['success'], doc
+        assert doc['cost_final'] < doc['cost_start']
+        values = doc['values']
+        for i, j in enumerate(names):
+            assert values[f'joints.{j}.frictionloss'] == pytest.approx(
+                truth.coulomb_friction[i], rel=0.15), (j, values)
+            assert values[f'joints.{j}.damping'] == pytest.approx(
+                truth.viscous_damping[i], rel=0.15), (j, values)
+            assert values[f'joints.{j}.frictionloss_half_width'] > 0
+        # They are the node's parameters now: the gap on the recording is at the noise floor.
+        res = _call(node, evaluate, Trigger.Request())
+        assert res.success and res.message.startswith('PASS'), res.message
+        gap = wait_for(lambda: gaps[-1] if gaps else None, 30, what='latched gap')
+        assert gap['gap_identified'] <= 1.2 * gap['noise_floor'], gap
+    finally:
+        spinner.stop()
+        rclpy.try_shutdown()
+        proc.stop(timeout=60)

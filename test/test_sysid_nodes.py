@@ -100,6 +100,18 @@ class Client:
         finally:
             self.node.destroy_client(client)
 
+    def get_parameters(self, node_name, names, timeout=30.0):
+        """Return the double values of `names` on node_name."""
+        from rcl_interfaces.srv import GetParameters
+        client = self.node.create_client(GetParameters, f'/{node_name}/get_parameters')
+        try:
+            wait_for(client.service_is_ready, timeout, what=f'{node_name}/get_parameters')
+            future = client.call_async(GetParameters.Request(names=list(names)))
+            wait_for(future.done, timeout, what='get_parameters response')
+            return [v.double_value for v in future.result().values]
+        finally:
+            self.node.destroy_client(client)
+
     def close(self):
         import rclpy
         self.spinner.stop()
@@ -111,7 +123,8 @@ class Client:
 @pytest.fixture(scope='module')
 def running(setup):
     path, tmp, truth = setup
-    with NodeProcess('sim_robot', path) as sim, NodeProcess('friction_id', path) as node:
+    with NodeProcess('sim_robot', path) as sim, NodeProcess('friction_id', path) as node, \
+            NodeProcess('sim_bridge', path):
         client = Client('friction_id')
         try:
             yield client, tmp, truth, sim, node
@@ -173,6 +186,15 @@ def test_run_publishes_result_with_interval_and_raw_data(running):
         # is measured over seeds by bench/sysid_accuracy.py.
         assert fc['value'] == pytest.approx(truth['coulomb_friction'][2], rel=0.10), fc
         data_file = fc['data_file']
+        # The node pushed the values and their 95 % half-widths into sim_bridge.
+        wait_for(lambda: 'to sim_bridge' in node.output(), 30.0, what='push to sim_bridge')
+        bridge = client.get_parameters('sim_bridge', [
+            'joints.elbow_pitch.frictionloss', 'joints.elbow_pitch.frictionloss_half_width',
+            'joints.elbow_pitch.damping', 'joints.elbow_pitch.damping_half_width'])
+        vd = got['viscous_damping']
+        assert bridge == pytest.approx([
+            fc['value'], (fc['interval'][1] - fc['interval'][0]) / 2,
+            vd['value'], (vd['interval'][1] - vd['interval'][0]) / 2], rel=1e-9), bridge
     else:
         (fail,) = doc['failures']
         assert fail['joint'] == 'elbow_pitch'

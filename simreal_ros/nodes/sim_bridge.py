@@ -12,6 +12,8 @@ in `simreal_ros.core.bridge` (no ROS).
     ros2 service call /sim_bridge/evaluate_gap std_srvs/srv/Trigger
     ros2 topic echo /sim_bridge/gap --qos-durability transient_local
     ros2 service call /sim_bridge/export std_srvs/srv/Trigger
+    ros2 service call /sim_bridge/refine std_srvs/srv/Trigger
+    ros2 topic echo /sim_bridge/refined --qos-durability transient_local
 
 Parameters per joint: `joints.<joint>.damping` (N*m*s/rad), `.frictionloss` (N*m),
 `.armature` (kg*m^2), each with `..._half_width` (95 % interval half-width, -1 = unknown);
@@ -20,6 +22,13 @@ commands in the nominal and in the identified model and publishes the result (JS
 std_msgs/String, latched) on `~/gap` (`/sim_bridge/gap`); its response says pass or fail
 against `gap_threshold`. `~/export` writes the identified MJCF, `identified_params.yaml`,
 `domain_randomization.yaml` and, after an evaluation, the HTML report into `export_dir`.
+`~/refine` starts a joint refinement on the same recording, in the background: every joint that
+moved in it gets its damping, frictionloss and armature fitted together with the latency, by
+trajectory matching (CMA-ES on the non-smooth latency and dry friction, then mujoco.sysid's
+Gauss-Newton), starting from the current values. On success the refined values and their
+intervals become this node's parameters and the result is published latched on `~/refined`;
+a failure is published there too and changes nothing. The intervals assume independent
+residuals, so they are optimistic on data with correlated errors.
 """
 import json
 import math
@@ -37,6 +46,7 @@ from std_srvs.srv import Trigger
 from simreal_ros.core.bridge import BridgeSession, JOINT_KEYS
 from simreal_ros.core.bridge.params import RANGES, UNITS
 from simreal_ros.core.bridge.recording import latest_recording, read_mcap
+from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
 from simreal_ros.core.config import ConfigError
 from simreal_ros.nodes.common import LATCHED_QOS, declare, run
 
@@ -114,6 +124,9 @@ class SimBridge(Node):
         self.create_service(Trigger, '~/evaluate_gap', self._on_evaluate,
                             callback_group=services)
         self.create_service(Trigger, '~/export', self._on_export, callback_group=services)
+        self.pub_refined = self.create_publisher(String, '~/refined', LATCHED_QOS)
+        self.create_service(Trigger, '~/refine', self._on_refine, callback_group=services)
+        self._refiner = None   # the background refinement thread
         self.get_logger().info(f'sim_bridge ready: {len(names)} joints, model '
                                f'{self.session.model_path}')
 
@@ -165,12 +178,29 @@ class SimBridge(Node):
         return p
 
     # -- services -------------------------------------------------------------------------
-    def _on_evaluate(self, _request, response):
+    def _recording_path(self):
+        """Return (path, None) or (None, why there is no recording)."""
         path = self.recording or latest_recording(self.recordings_dir)
         if not path:
-            response.success = False
-            response.message = (f'no recording: parameter recording is empty and there is no '
-                                f'.mcap under {self.recordings_dir}')
+            return None, (f'no recording: parameter recording is empty and there is no '
+                          f'.mcap under {self.recordings_dir}')
+        return path, None
+
+    def _busy(self):
+        """The reason to refuse a replay while the refinement thread owns the replayer."""
+        if self._refiner is not None and self._refiner.is_alive():
+            return (f'a refinement is running (its result comes on '
+                    f'{self.pub_refined.topic_name}); try again after it')
+        return None
+
+    def _on_evaluate(self, _request, response):
+        busy = self._busy()
+        if busy:
+            response.success, response.message = False, busy
+            return response
+        path, why = self._recording_path()
+        if not path:
+            response.success, response.message = False, why
             return response
         try:
             rec = read_mcap(os.path.expanduser(path), self.session.names)
@@ -195,6 +225,10 @@ class SimBridge(Node):
         return response
 
     def _on_export(self, _request, response):
+        busy = self._busy()
+        if busy:
+            response.success, response.message = False, busy
+            return response
         out = os.path.expanduser(self.export_dir)
         rec, report = self.last if self.last else (None, None)
         try:
@@ -207,6 +241,69 @@ class SimBridge(Node):
         response.message = json.dumps(paths)
         self.get_logger().info(f'exported {paths}')
         return response
+
+
+    def _on_refine(self, _request, response):
+        busy = self._busy()
+        if busy:
+            response.success, response.message = False, busy
+            return response
+        path, why = self._recording_path()
+        if not path:
+            response.success, response.message = False, why
+            return response
+        try:
+            rec = read_mcap(os.path.expanduser(path), self.session.names)
+        except (ConfigError, ValueError) as exc:
+            response.success, response.message = False, f'cannot read {path}: {exc}'
+            return response
+        joints = moving_joints(rec, self.session.names)
+        if not joints:
+            response.success = False
+            response.message = f'no joint moved in {path}: nothing to refine on'
+            return response
+        start = self._current()
+        self._refiner = threading.Thread(target=self._refine, args=(rec, path, joints, start),
+                                         daemon=True)
+        self._refiner.start()
+        response.success = True
+        response.message = (f'refining {joints} and latency_s on {path} in the background; '
+                            f'the result is published on {self.pub_refined.topic_name}')
+        self.get_logger().info(response.message)
+        return response
+
+    def _refine(self, rec, path, joints, start):
+        """Worker: refine, then set the values as parameters and publish the result."""
+        doc = {'recording': path, 'joints': joints}
+        try:
+            result = refine(self.session.replayer, [rec], start, joints=joints,
+                            skip_s=self.session.skip_s, log=self.get_logger().info)
+        except (RefinementError, ValueError, RuntimeError) as exc:
+            doc.update(success=False, message=f'refinement failed, nothing changed: {exc}')
+            self.get_logger().error(doc['message'])
+            self.pub_refined.publish(String(data=json.dumps(doc)))
+            return
+        p, values = result.params, {}
+        for key in JOINT_KEYS:
+            for j in joints:
+                i = self.session.names.index(j)
+                values[f'joints.{j}.{key}'] = float(getattr(p, key)[i])
+                half = float(p.half_width(key)[i])
+                values[f'joints.{j}.{key}_half_width'] = half if math.isfinite(half) else -1.0
+        values['latency_s'] = float(p.latency_s)
+        half = float(p.half_width('latency_s'))
+        values['latency_s_half_width'] = half if math.isfinite(half) else -1.0
+        outcome = self.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+        refused = [f'{k}: {r.reason}' for k, r in zip(values, outcome) if not r.successful]
+        doc.update(success=not refused, values=values, cost_start=result.cost_start,
+                   cost_final=result.cost_final, rollouts=result.evaluations,
+                   wall_s=round(result.wall_s, 2),
+                   message=(f'refused {refused}' if refused else
+                            f'refined in {result.wall_s:.0f} s ({result.evaluations} '
+                            f'rollouts): cost {result.cost_start:.4g} -> '
+                            f'{result.cost_final:.4g}; parameters set'))
+        (self.get_logger().error if refused else self.get_logger().info)(doc['message'])
+        self.pub_refined.publish(String(data=json.dumps(doc)))
 
 
 def main(args=None):

@@ -30,10 +30,7 @@ from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
 from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
 from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare
-
-# sysid parameter name -> sim_bridge parameter name (simreal_ros.core.bridge.params)
-BRIDGE_NAME = {'viscous_damping': 'damping', 'coulomb_friction': 'frictionloss',
-               'armature': 'armature', 'latency': 'latency_s'}
+from simreal_ros.sysid_client import bridge_parameters
 
 SUBSCRIBE_GRACE_S = 1.0   # first joint_states after ~/start subscribes (DDS matching)
 
@@ -442,14 +439,10 @@ class SysidNode(Node):
             self.get_logger().info(f'{name} is not running: identified values not pushed (they '
                                    f'are in {path})')
             return
-        out = []
-        latency = [d['value'] for d in results if d['parameter'] == 'latency']
-        if latency:   # one transport delay for the robot: the mean over the joints
-            out.append(Parameter('latency_s', value=float(sum(latency) / len(latency))))
-        for d in results:
-            key = BRIDGE_NAME.get(d['parameter'])
-            if key and key != 'latency_s':
-                out.append(Parameter(f'joints.{d["joint"]}.{key}', value=float(d['value'])))
+        # The same mapping the CLI and the demo push: values and 95 % half-widths (the
+        # bridge's export centres and widens its randomisation ranges with them).
+        out = [Parameter(k, value=float(v))
+               for k, v in sorted(bridge_parameters([{'results': results}]).items())]
         if not out:
             return
         future = self.bridge.set_parameters(out)

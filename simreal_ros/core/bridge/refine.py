@@ -30,6 +30,16 @@ from simreal_ros.core.bridge.params import JOINT_KEYS, RANGES
 SCALE_FLOOR = {'damping': 0.05, 'frictionloss': 0.05, 'armature': 0.005, 'latency_s': 0.002}
 
 
+MOVED_VELOCITY_STD = 0.02   # rad/s: a joint below this in a recording cannot be refined on it
+
+
+def moving_joints(recording, names):
+    """Return the joints of `names` that moved in `recording` (velocity std >= 0.02 rad/s)."""
+    ridx = [recording.names.index(n) for n in names]
+    moved = np.std(np.asarray(recording.velocity)[:, ridx], axis=0)
+    return [n for n, m in zip(names, moved) if m >= MOVED_VELOCITY_STD]
+
+
 class RefinementError(ValueError):
     """The recordings cannot support a refinement (too short, joint did not move...)."""
 
@@ -88,7 +98,7 @@ class _Problem:
             self.weights.append((first, ridx, 1.0 / np.maximum(sq, 1e-9),
                                  1.0 / np.maximum(sv, 1e-9), moved))
         moved = np.max([w[4] for w in self.weights], axis=0)
-        still = [names[i] for i in self.joint_idx if moved[i] < 0.02]
+        still = [names[i] for i in self.joint_idx if moved[i] < MOVED_VELOCITY_STD]
         if still:
             raise RefinementError(f'joint(s) {still} did not move in the recordings (velocity '
                                   'std < 0.02 rad/s): nothing to refine them on')
