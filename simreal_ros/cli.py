@@ -8,6 +8,7 @@
     simreal enable | disable           # policy_runner on/off
     simreal sysid friction|inertia|latency|all [--joints a b]
     simreal gap
+    simreal refine                     # sim_bridge/refine: all joints together, waits
     simreal export
     simreal monitor [--robot arm3]     # rviz markers on monitor/markers
     simreal params [node ...]          # parameters: value, range, meaning
@@ -275,6 +276,20 @@ def cmd_gap(args, ros):
     for line in sysid_client.format_gap(gap):
         print(line)
     return 0 if gap.get('ok') else 1
+
+
+def cmd_refine(args, ros):
+    from simreal_ros import sysid_client
+    print('refining (sim_bridge: every joint that moved in the recording, with the latency; '
+          'this takes a while) ...', flush=True)
+    result = sysid_client.refine(ros)
+    print('refine (sim_bridge): ' + ('ok' if result.get('ok') else 'FAILED'))
+    print(f'  {result.get("message")}')
+    for key, value in sorted((result.get('values') or {}).items()):
+        if not key.endswith('_half_width'):
+            half = result['values'].get(key + '_half_width', -1.0)
+            print(f'  {key:<36} {value:.5g}' + (f' +- {half:.2g}' if half >= 0 else ''))
+    return 0 if result.get('ok') else 1
 
 
 def cmd_monitor(args, ros):
@@ -545,6 +560,8 @@ def build_parser():
     p.add_argument('--robot-label', default='arm3', help='column label for the values')
     sub.add_parser('gap', help='reality gap, nominal vs identified (sim_bridge)')
     sub.add_parser('export', help='export the identified model (sim_bridge)')
+    sub.add_parser('refine', help='refine every joint together on the recording by trajectory '
+                   'matching (sim_bridge/refine), and wait for the result')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
     p.add_argument('--robot', default='arm3')
     p.add_argument('--fast', action='store_true', help='shorter experiments')
@@ -555,7 +572,7 @@ def build_parser():
 
 VERBS = {'status': cmd_status, 'estop': cmd_estop, 'reset': cmd_reset, 'stage': cmd_stage,
          'enable': cmd_enable, 'disable': cmd_disable, 'sysid': cmd_sysid, 'gap': cmd_gap,
-         'export': cmd_export, 'monitor': cmd_monitor, 'params': cmd_params}
+         'export': cmd_export, 'refine': cmd_refine, 'monitor': cmd_monitor, 'params': cmd_params}
 
 
 def main(argv=None):

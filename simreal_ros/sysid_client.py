@@ -205,30 +205,48 @@ def push_to_bridge(ros, values):
     return done, refused
 
 
-def evaluate_gap(ros, timeout=300.0):
-    """Call sim_bridge/evaluate_gap; return the JSON it publishes on sim_bridge/gap."""
+def _trigger_and_read(ros, verb, topic, timeout, wait_s):
+    """Call sim_bridge/<verb>; return the first JSON published on `topic` after the call
+    (latched; waited for up to wait_s after a successful answer) with `ok` and `message`."""
     from std_msgs.msg import String
     from simreal_ros.nodes.common import LATCHED_QOS
     got = []
-    sub = ros.node.create_subscription(String, _join(ros, 'sim_bridge/gap'),
+    sub = ros.node.create_subscription(String, _join(ros, topic),
                                        lambda m: got.append((time.monotonic(), m.data)),
                                        LATCHED_QOS)
     try:
         t0 = time.monotonic()
-        resp = ros.trigger('sim_bridge/evaluate_gap', 'sim_bridge', timeout=timeout)
-        deadline = time.monotonic() + 10.0
+        resp = ros.trigger(f'sim_bridge/{verb}', 'sim_bridge', timeout=timeout)
+        deadline = time.monotonic() + wait_s
         fresh = []
         while resp.success and time.monotonic() < deadline:
             fresh = [d for t, d in got if t >= t0]
             if fresh:
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)   # polling for the published result, bounded by the deadline
         out = _parse(fresh[-1]) if fresh else {}
         out['ok'] = bool(resp.success)
-        out['message'] = resp.message
+        out['response'] = resp.message
+        out.setdefault('message', resp.message)   # the published result's own, when it has one
+        if resp.success and not fresh:
+            out['ok'] = False
+            out['message'] = f'{resp.message}; nothing on {topic} within {wait_s:g} s'
         return out
     finally:
         ros.node.destroy_subscription(sub)
+
+
+def evaluate_gap(ros, timeout=300.0):
+    """Call sim_bridge/evaluate_gap; return the JSON it publishes on sim_bridge/gap."""
+    return _trigger_and_read(ros, 'evaluate_gap', 'sim_bridge/gap', timeout, 10.0)
+
+
+def refine(ros, timeout=900.0):
+    """Call sim_bridge/refine and wait for its result on sim_bridge/refined."""
+    out = _trigger_and_read(ros, 'refine', 'sim_bridge/refined', 30.0, timeout)
+    if out.get('ok') and 'success' in out:
+        out['ok'] = bool(out['success'])
+    return out
 
 
 def format_gap(gap):

@@ -1,6 +1,8 @@
 """sim_bridge node over real DDS: parameters with ranges, ~/evaluate_gap, latched gap, ~/export."""
 import json
 import os
+import subprocess
+import sys
 
 import mujoco
 import numpy as np
@@ -184,6 +186,12 @@ def test_sim_bridge_refine_service_fits_in_the_background_and_sets_the_parameter
         assert res.success and res.message.startswith('PASS'), res.message
         gap = wait_for(lambda: gaps[-1] if gaps else None, 30, what='latched gap')
         assert gap['gap_identified'] <= 1.2 * gap['noise_floor'], gap
+        # The operator's verb: calls it, waits for the result, prints the values.
+        cli = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', 'refine'], cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert 'refine (sim_bridge): ok' in cli.stdout and 'cost' in cli.stdout, cli.stdout
+        assert f'joints.{names[0]}.frictionloss' in cli.stdout and '+-' in cli.stdout
     finally:
         spinner.stop()
         rclpy.try_shutdown()

@@ -28,6 +28,7 @@ def simreal(*args, env=None, timeout=60):
     (['enable'], 'policy_runner', '/policy_runner/enable'),
     (['gap'], 'sim_bridge', '/sim_bridge/evaluate_gap'),
     (['export'], 'sim_bridge', '/sim_bridge/export'),
+    (['refine'], 'sim_bridge', '/sim_bridge/refine'),
     (['-n', 'left', 'disable'], 'policy_runner', '/left/policy_runner/enable'),
 ])
 def test_a_missing_node_is_named_not_a_traceback(argv, node, service):
