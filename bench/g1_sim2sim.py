@@ -206,7 +206,6 @@ def main():
             wait_for(future.done, 10, what='enable')
             stop_hold.set()
             wait_for(lambda: commands, 10, what='first policy command')
-            start = time.monotonic()
             start_pose = poses[-1]
             summary['base_z_at_enable'] = float(start_pose[3])
             wait_for(lambda: poses[-1][0] - start_pose[0] > args.duration or any(

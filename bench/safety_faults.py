@@ -293,7 +293,6 @@ def prev_t(outputs):
 def sc_far_beyond_limits(tmp, args):
     rig = Rig(tmp)
     try:
-        from rosproc import wait_for
         rig.wait_forwarding()
         p = rig.params
         q0 = list(rig.probe.target)
@@ -308,7 +307,7 @@ def sc_far_beyond_limits(tmp, args):
         rate = [r * stage for r in p['max_target_rate']]
         cap = float(p.get('policy_timeout_s', 0.06))
         slack = args.transport_ms * 1e-3   # arrival here vs the supervisor's own clock
-        first_t, first_pos, path = None, None, None
+        first_t, path = None, None
         with rig.lock:
             js = list(rig.js)
         prev, moved_at = None, None

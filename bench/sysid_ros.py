@@ -101,9 +101,9 @@ def main():
                 lo, hi = r['interval']
                 row = {'joint': r['joint'], 'parameter': r['parameter'], 'value': r['value'],
                        'interval': [lo, hi], 'units': r.get('units')}
-                key = TRUTH_KEY.get(r['parameter'])
-                if key is not None:
-                    true = float(getattr(truth, key)[j])
+                truth_key = TRUTH_KEY.get(r['parameter'])
+                if truth_key is not None:
+                    true = float(getattr(truth, truth_key)[j])
                     row.update(truth=true, rel_err=abs(r['value'] - true) / true,
                                covered=bool(lo <= true <= hi))
                 elif r['parameter'] == 'latency':

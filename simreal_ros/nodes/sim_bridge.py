@@ -178,13 +178,19 @@ class SimBridge(Node):
         return p
 
     # -- services -------------------------------------------------------------------------
-    def _recording_path(self):
-        """Return (path, None) or (None, why there is no recording)."""
+    def _selected_recording(self):
+        """Return (recording, path, None), or (None, path, why not) for a refusal."""
+        busy = self._busy()
+        if busy:
+            return None, None, busy
         path = self.recording or latest_recording(self.recordings_dir)
         if not path:
-            return None, (f'no recording: parameter recording is empty and there is no '
-                          f'.mcap under {self.recordings_dir}')
-        return path, None
+            return None, None, (f'no recording: parameter recording is empty and there is no '
+                                f'.mcap under {self.recordings_dir}')
+        try:
+            return read_mcap(os.path.expanduser(path), self.session.names), path, None
+        except (ConfigError, ValueError) as exc:
+            return None, path, f'cannot read {path}: {exc}'
 
     def _busy(self):
         """The reason to refuse a replay while the refinement thread owns the replayer."""
@@ -194,16 +200,11 @@ class SimBridge(Node):
         return None
 
     def _on_evaluate(self, _request, response):
-        busy = self._busy()
-        if busy:
-            response.success, response.message = False, busy
-            return response
-        path, why = self._recording_path()
-        if not path:
+        rec, path, why = self._selected_recording()
+        if rec is None:
             response.success, response.message = False, why
             return response
         try:
-            rec = read_mcap(os.path.expanduser(path), self.session.names)
             report = self.session.evaluate(rec, self._current(), name=path)
         except (ConfigError, ValueError) as exc:
             response.success = False
@@ -242,20 +243,10 @@ class SimBridge(Node):
         self.get_logger().info(f'exported {paths}')
         return response
 
-
     def _on_refine(self, _request, response):
-        busy = self._busy()
-        if busy:
-            response.success, response.message = False, busy
-            return response
-        path, why = self._recording_path()
-        if not path:
+        rec, path, why = self._selected_recording()
+        if rec is None:
             response.success, response.message = False, why
-            return response
-        try:
-            rec = read_mcap(os.path.expanduser(path), self.session.names)
-        except (ConfigError, ValueError) as exc:
-            response.success, response.message = False, f'cannot read {path}: {exc}'
             return response
         joints = moving_joints(rec, self.session.names)
         if not joints:

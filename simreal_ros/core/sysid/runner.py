@@ -14,7 +14,7 @@ from simreal_ros.core.sysid import baselines
 from simreal_ros.core.sysid.design import design_for, limit_usage
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
                                                estimate_friction, estimate_inertia,
-                                               estimate_latency, row_at)
+                                               estimate_latency)
 
 
 def record(plant, experiment, sample_rate_hz=500.0):
