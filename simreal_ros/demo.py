@@ -31,6 +31,9 @@ DEMO_DWELL_S = 1.5         # stage dwell for the demo (the robot files say 5 s)
 DEFAULT_DOMAIN = '71'
 
 
+RETRY_ON = ('e-stop', 'joint_states stale')   # SysID stops worth one more attempt
+
+
 class Skip(Exception):
     """A step that cannot run here, with the reason shown in the summary."""
 
@@ -201,9 +204,13 @@ class Demo:
             for attempt in (1, 2):
                 result = sysid_client.run(self.ros, node, timeout=600,
                                           progress=_progress(self.say, node))
-                if result.get('ok') or 'e-stop' not in str(result.get('message', '')):
+                # An interruption (an e-stop, or joint_states late because the machine was
+                # busy) stops an experiment with no result; it is run once more. A result, good
+                # or failed, stands.
+                message = str(result.get('message', ''))
+                if attempt == 2 or result.get('ok') or not any(k in message for k in RETRY_ON):
                     break
-                self.say(f'    {node}: {result.get("message")}; retrying once')
+                self.say(f'    {node}: {message}; retrying once')
             self.facts['sysid'][node] = result
             ok &= bool(result.get('ok'))
             for line in sysid_client.format_result(result):

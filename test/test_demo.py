@@ -40,6 +40,35 @@ def test_steps_report_ok_skipped_failed_without_tracebacks(tmp_path, capsys):
     assert 'bad value in step' in html and '<table>' in html
 
 
+def test_sysid_stopped_by_an_interruption_is_run_once_more_but_a_result_stands(
+        tmp_path, monkeypatch, capsys):
+    from simreal_ros import sysid_client
+    d = demo_mod.Demo('arm3', tmp_path)
+    d.facts['sysid'] = {}
+    answers = {   # what each SysID node's run returns, attempt after attempt
+        'friction_id': [{'ok': False, 'message': 'aborted: joint_states stale'},
+                        {'ok': True, 'results': []}],
+        'inertia_id': [{'ok': False, 'message': 'aborted: joint_states stale'},
+                       {'ok': False, 'message': 'aborted: joint_states stale'}],
+        'latency_id': [{'ok': False, 'failures': [{'joint': 'elbow_pitch',
+                                                   'reason': 'not enough excitation',
+                                                   'detail': 'x'}]},
+                       {'ok': True}],
+    }
+    calls = []
+
+    def fake_run(ros, node, **_):
+        calls.append(node)
+        return answers[node].pop(0)
+    monkeypatch.setattr(sysid_client, 'run', fake_run)
+    with pytest.raises(RuntimeError) as err:
+        d._sysid_runs(['friction_id', 'inertia_id', 'latency_id'])
+    # Interrupted: once more (at most); a published failure is not re-rolled.
+    assert calls == ['friction_id', 'friction_id', 'inertia_id', 'inertia_id', 'latency_id']
+    assert 'friction_id ok; inertia_id failed; latency_id failed' in str(err.value)
+    assert capsys.readouterr().out.count('retrying once') == 2
+
+
 def test_fallback_policy_matches_the_arm3_stand_in(tmp_path):
     import onnx
     import onnxruntime as ort
