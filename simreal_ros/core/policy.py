@@ -421,10 +421,11 @@ class PhaseAligner:
         """Record how long the newest message waited for this tick (s); True = re-align.
 
         Re-align when the median wait over a full window exceeds the alignment's allowance
-        by half a stream period: the phase has drifted.
+        by a quarter of a stream period: the phase has drifted (or was measured while the
+        machine was quieter than it is now).
         """
         self.delays.append(float(sampling_delay))
         if self.offset is None or len(self.delays) < self.delays.maxlen:
             return False
         median = float(np.median(np.fromiter(self.delays, float)))
-        return median > self.offset + 0.5 * (self.stream_period() or 0.0)
+        return median > self.offset + 0.25 * (self.stream_period() or 0.0)

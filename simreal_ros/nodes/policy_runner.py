@@ -89,6 +89,7 @@ class PolicyRunner(Node):
         self._align_pending = None    # why an alignment is due: 'enable' or 'drift'
         self._align_timer = None
         self._align_reason = None
+        self._last_tick_wall = None   # perf_counter time of the last computed timer tick
         self.create_timer(1.0, self._publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         session = self.ctl.session
@@ -157,7 +158,14 @@ class PolicyRunner(Node):
     # -- phase alignment ------------------------------------------------------------------
     def _schedule_alignment(self, now):
         """Start a one-shot timer for the aligned tick; the periodic timer restarts from it."""
-        when = self.aligner.next_tick(now)
+        earliest = now
+        if self._align_pending == 'drift' and self._last_tick_wall is not None:
+            # Shift the phase, not the rate: the aligned tick replaces the next periodic one
+            # (the slot nearest to it), so no period is cut short by more than half a
+            # joint_states period.
+            stream = self.aligner.stream_period() or 0.0
+            earliest = max(now, self._last_tick_wall + self.period - 0.5 * stream)
+        when = self.aligner.next_tick(earliest)
         if when is None:
             return   # not enough joint_states yet: the plain timer phase meanwhile
         self._align_reason, self._align_pending = self._align_pending, None
@@ -214,8 +222,8 @@ class PolicyRunner(Node):
     def _tick(self, aligned=False):
         if self.lockstep:
             return
-        if not aligned and self._align_timer is not None and self._align_reason == 'enable':
-            return   # enabled a moment ago: the first tick is the aligned one, due shortly
+        if not aligned and self._align_timer is not None:
+            return   # the aligned tick, due within a period, takes this one's place
         now = self._now()
         wall0 = time.perf_counter()
         with self._lock:
@@ -233,6 +241,7 @@ class PolicyRunner(Node):
                 self.get_logger().warning(f'not publishing: {stale}', throttle_duration_sec=2.0)
                 return
             self._compute_and_publish(joint, imu, now)
+            self._last_tick_wall = wall0
             if self.aligner is not None and self.aligner.on_tick(wall0 - joint[1]):
                 self._align_pending = 'drift'   # re-align at the next joint_states
         self.timing.overrun(time.perf_counter() - wall0)
