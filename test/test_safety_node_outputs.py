@@ -143,7 +143,8 @@ def test_auto_advance_promotes_one_stage_per_clean_dwell_and_records_it(ros, tmp
     try:
         forwarding(probe)
         thread.start()
-        wait_for(lambda: probe.get('stage')['stage'] == 0.5, 30, what='auto_advance to 0.50')
+        # Waited on the watcher's record, so the last stage is in it before it stops.
+        wait_for(lambda: stages and stages[-1][1] == 0.5, 30, what='auto_advance to 0.50')
         stop.set()
         thread.join()
         seen = [s for _, s in stages]
