@@ -226,7 +226,6 @@ class Supervisor:
         self.commands = {s: None for s in SOURCES}
         self.previous_target = np.full(self.n, np.nan)
         self.target_changed = np.full(self.n, np.nan)   # when each previous_target last moved
-        self.last_output_time = None
         self.latched = False
         self.cause = ''
         self.hold_position = None
@@ -388,10 +387,10 @@ class Supervisor:
         the rate allows over the time since the target last moved, at most the source's
         timeout, so a command stream within the rate passes unchanged and a faster one is
         slewed over the following ticks. Without a previous target (the first output, or the
-        first after an e-stop or a mode switch) the step is measured from the measured
-        position, which the target has not left for at least that long: the same cap, one
-        source timeout. The torque limit, which scales with the stage, bounds that first step
-        too, and a reset needs the command near the state in the first place.
+        first after an e-stop, a stale spell or a mode switch) the step is measured from the
+        measured position and gets the same cap as a target that stood still: one source
+        timeout. The torque limit, which scales with the stage, bounds that first step too,
+        and a reset needs the command near the state in the first place.
         """
         cap = self.cfg.timeouts[self.mode]
         since = np.clip(now - self.target_changed, 0.0, cap)
@@ -448,7 +447,6 @@ class Supervisor:
             self.target_changed[out.index[moved]] = now
             self.previous_target[out.index] = out.position
         self.hold_position = None
-        self.last_output_time = now
         self.safe_reason = ''
         self.outputs += 1
         return Output([self.names[i] for i in out.index], out.position, out.velocity,
@@ -495,7 +493,6 @@ class Supervisor:
     def _safe_output(self, now, reason):
         self.safe_reason = reason
         self.previous_target[:] = np.nan
-        self.last_output_time = now
         zeros = np.zeros(self.n)
         mode = self.cfg.safe_mode
         if mode == 'hold' and self.q is not None:
