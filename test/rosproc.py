@@ -33,7 +33,8 @@ class NodeProcess:
                                      env=dict(os.environ, PYTHONUNBUFFERED='1'))
 
     def output(self):
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         with open(self.log_path) as f:
             return f.read()
 
@@ -54,8 +55,13 @@ class NodeProcess:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         self.stop()
+        if exc_type is not None:   # shown under "Captured stdout" of the failing test
+            lines = self.output().splitlines()
+            print(f'--- last {min(len(lines), 60)} lines of {" ".join(self.cmd[2:3])} '
+                  f'({self.log_path}) ---')
+            print('\n'.join(lines[-60:]))
 
 
 def wait_for(predicate, timeout, interval=0.01, what='condition'):

@@ -120,7 +120,7 @@ class Client:
             rclpy.try_shutdown()
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='class')
 def running(setup):
     path, tmp, truth = setup
     with NodeProcess('sim_robot', path) as sim, NodeProcess('friction_id', path) as node, \
@@ -132,80 +132,99 @@ def running(setup):
             client.close()
 
 
-def test_abort_mid_run_publishes_no_result(running):
-    client, tmp, _, _, node = running
-    # `joints` (simreal sysid --joints) is settable while idle, by known names only.
-    ok, why = client.set_joints('friction_id', ['elbow_pitch', 'wrist'])
-    assert not ok and "['wrist'] not in joint_names" in why, why
-    ok, why = client.set_joints('friction_id', ['shoulder_pitch', 'elbow_pitch'])
-    assert ok, why
-    reply = wait_for(lambda: (lambda r: r if r.success else None)(client.call(client.start)),
-                     120.0, interval=1.0, what='friction_id to accept ~/start (joint_states)')
-    assert "['shoulder_pitch', 'elbow_pitch']" in reply.message, reply.message
-    ok, why = client.set_joints('friction_id', ['elbow_pitch'])
-    assert not ok and 'running' in why, why     # not while an experiment runs
-    wait_for(lambda: any((p.get('percent') or 0) > 15 for p in client.progress), 120.0,
-             what='progress beyond 15 %')
-    assert all({'phase', 'percent', 'time_left_s'} <= set(p) for p in client.progress)
-    reply = client.call(client.abort)
-    assert reply.success and 'no result' in reply.message
-    wait_for(lambda: any(p.get('phase') == 'aborted' for p in client.progress), 30.0,
-             what='aborted progress')
-    # The experiment would have ended ~7 s (sim) later; commands stop with the abort.
-    sent = len(client.commands)
-    wait_for(lambda: 'no result published' in node.output(), 30.0, what='abort log line')
-    assert client.results == []
-    assert not list((tmp / 'results').glob('*.yaml'))
-    assert len(client.commands) - sent < 5
-    ok, why = client.set_joints('friction_id', ['elbow_pitch'])   # idle again: accepted
-    assert ok, why
+class TestOneRunningNode:
+    """Tests sharing one sim_robot + friction_id + sim_bridge. Class scope: those
+    processes (and sim_robot's /clock) end before the next test starts its own; a second
+    /clock publisher would mix two timelines."""
+
+    def test_abort_mid_run_publishes_no_result(self, running):
+        client, tmp, _, _, node = running
+        # `joints` (simreal sysid --joints) is settable while idle, by known names only.
+        ok, why = client.set_joints('friction_id', ['elbow_pitch', 'wrist'])
+        assert not ok and "['wrist'] not in joint_names" in why, why
+        ok, why = client.set_joints('friction_id', ['shoulder_pitch', 'elbow_pitch'])
+        assert ok, why
+        reply = wait_for(lambda: (lambda r: r if r.success else None)(client.call(client.start)),
+                         120.0, interval=1.0, what='friction_id to accept ~/start (joint_states)')
+        assert "['shoulder_pitch', 'elbow_pitch']" in reply.message, reply.message
+        ok, why = client.set_joints('friction_id', ['elbow_pitch'])
+        assert not ok and 'running' in why, why     # not while an experiment runs
+        wait_for(lambda: any((p.get('percent') or 0) > 15 for p in client.progress), 120.0,
+                 what='progress beyond 15 %')
+        assert all({'phase', 'percent', 'time_left_s'} <= set(p) for p in client.progress)
+        reply = client.call(client.abort)
+        assert reply.success and 'no result' in reply.message
+        wait_for(lambda: any(p.get('phase') == 'aborted' for p in client.progress), 30.0,
+                 what='aborted progress')
+        # The experiment would have ended ~7 s (sim) later; commands stop with the abort.
+        sent = len(client.commands)
+        wait_for(lambda: 'no result published' in node.output(), 30.0, what='abort log line')
+        assert client.results == []
+        assert not list((tmp / 'results').glob('*.yaml'))
+        assert len(client.commands) - sent < 5
+        ok, why = client.set_joints('friction_id', ['elbow_pitch'])   # idle again: accepted
+        assert ok, why
 
 
-def test_run_publishes_result_with_interval_and_raw_data(running):
-    from simreal_ros.core.sysid.records import read_mcap
-    client, tmp, truth, _, node = running
-    client.progress.clear()
-    reply = client.call(client.start)
-    assert reply.success, reply.message
-    text = wait_for(lambda: client.results[-1] if client.results else None, 240.0,
-                    what='sysid/result')
-    doc = yaml.safe_load(text)
-    assert doc['robot'] == 'arm3' and doc['experiment'] == 'friction'
-    # Through ROS on a loaded machine late commands jolt the joint: the node must then either
-    # give an estimate whose interval says how uncertain it is, or a clear failure; never a
-    # confident wrong number. Either way the raw data are kept.
-    got = {r['parameter']: r for r in doc['results']}
-    if got:
-        assert set(got) == {'coulomb_friction', 'viscous_damping'}
-        fc = got['coulomb_friction']
-        assert fc['joint'] == 'elbow_pitch' and fc['units'] == 'N*m'
-        assert fc['interval'][0] < fc['value'] < fc['interval'][1], fc
-        # Within 10 % of the hidden truth. Not "inside its 95 % interval": a single run misses
-        # a 95 % interval by design now and then, and through ROS (command jitter) the
-        # interval is known to under-cover (0.310 [0.300, 0.320] against 0.30 in CI). Coverage
-        # is measured over seeds by bench/sysid_accuracy.py.
-        assert fc['value'] == pytest.approx(truth['coulomb_friction'][2], rel=0.10), fc
-        data_file = fc['data_file']
-        # The node pushed the values and their 95 % half-widths into sim_bridge.
-        wait_for(lambda: 'to sim_bridge' in node.output(), 30.0, what='push to sim_bridge')
-        bridge = client.get_parameters('sim_bridge', [
-            'joints.elbow_pitch.frictionloss', 'joints.elbow_pitch.frictionloss_half_width',
-            'joints.elbow_pitch.damping', 'joints.elbow_pitch.damping_half_width'])
-        vd = got['viscous_damping']
-        assert bridge == pytest.approx([
-            fc['value'], (fc['interval'][1] - fc['interval'][0]) / 2,
-            vd['value'], (vd['interval'][1] - vd['interval'][0]) / 2], rel=1e-9), bridge
-    else:
-        (fail,) = doc['failures']
-        assert fail['joint'] == 'elbow_pitch'
-        assert fail['reason'] in ('not enough excitation', 'saturated'), fail
-        data_file = fail['data_file']
-    rec = read_mcap(data_file)
-    assert rec.names == ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
-    assert len(rec.t) > 100 and len(rec.cmd_t) > 100
-    assert list((tmp / 'results').glob('*.yaml'))
-    assert any(p.get('phase') == 'done' for p in client.progress) or 'results in' in \
-        node.output()
+    def test_run_publishes_result_with_interval_and_raw_data(self, running):
+        from simreal_ros.core.sysid.records import read_mcap
+        client, tmp, truth, _, node = running
+        client.progress.clear()
+        reply = client.call(client.start)
+        assert reply.success, reply.message
+        text = wait_for(lambda: client.results[-1] if client.results else None, 240.0,
+                        what='sysid/result')
+        doc = yaml.safe_load(text)
+        assert doc['robot'] == 'arm3' and doc['experiment'] == 'friction'
+        # Through ROS on a loaded machine late commands jolt the joint: the node must then either
+        # give an estimate whose interval says how uncertain it is, or a clear failure; never a
+        # confident wrong number. Either way the raw data are kept.
+        got = {r['parameter']: r for r in doc['results']}
+        if got:
+            assert set(got) == {'coulomb_friction', 'viscous_damping'}
+            fc = got['coulomb_friction']
+            assert fc['joint'] == 'elbow_pitch' and fc['units'] == 'N*m'
+            assert fc['interval'][0] < fc['value'] < fc['interval'][1], fc
+            # Within 10 % of the hidden truth, or an interval wider than that which holds the
+            # truth (a loaded machine: 0.262 [0.062, 0.461] against 0.30 with three busy
+            # processes on the 2 cores). Not "inside its 95 % interval" alone: a single run
+            # misses a 95 % interval by design now and then, and through ROS (command jitter)
+            # the interval is known to under-cover (0.310 [0.300, 0.320] against 0.30 in CI).
+            # Coverage is measured over seeds by bench/sysid_accuracy.py.
+            true_fc = truth['coulomb_friction'][2]
+            lo, hi = fc['interval']
+            assert fc['value'] == pytest.approx(true_fc, rel=0.10) or (
+                hi - lo > 0.2 * true_fc and lo <= true_fc <= hi), fc
+            data_file = fc['data_file']
+            # The node pushed the values and their 95 % half-widths into sim_bridge, which
+            # refuses (and the node logs) a non-physical negative damping, possible only with
+            # an interval reaching below zero.
+            vd = got['viscous_damping']
+            expect = {'joints.elbow_pitch.frictionloss': fc['value'],
+                      'joints.elbow_pitch.frictionloss_half_width': (hi - lo) / 2}
+            if vd['value'] >= 0:
+                expect.update({'joints.elbow_pitch.damping': vd['value'],
+                               'joints.elbow_pitch.damping_half_width':
+                               (vd['interval'][1] - vd['interval'][0]) / 2})
+                wait_for(lambda: 'to sim_bridge' in node.output(), 30.0,
+                         what='push to sim_bridge')
+            else:
+                assert vd['interval'][0] < 0, vd
+                wait_for(lambda: "sim_bridge refused ['joints.elbow_pitch.damping:"
+                         in node.output(), 30.0, what='damping refused by sim_bridge')
+            bridge = client.get_parameters('sim_bridge', list(expect))
+            assert bridge == pytest.approx(list(expect.values()), rel=1e-9), bridge
+        else:
+            (fail,) = doc['failures']
+            assert fail['joint'] == 'elbow_pitch'
+            assert fail['reason'] in ('not enough excitation', 'saturated'), fail
+            data_file = fail['data_file']
+        rec = read_mcap(data_file)
+        assert rec.names == ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
+        assert len(rec.t) > 100 and len(rec.cmd_t) > 100
+        assert list((tmp / 'results').glob('*.yaml'))
+        assert any(p.get('phase') == 'done' for p in client.progress) or 'results in' in \
+            node.output()
 
 
 def test_start_refused_without_supervisor(setup):
@@ -272,5 +291,32 @@ def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
             wait_for(lambda: 'no result published' in node.output(), 30.0, what='log line')
             assert client.results == []
             assert not list((tmp_path / 'results').glob('*.yaml'))
+        finally:
+            client.close()
+
+
+def test_time_going_back_stops_the_run(setup):
+    """A second /clock publisher (here: the test, at t = 0) mid-run stops the experiment."""
+    from rosgraph_msgs.msg import Clock
+    path, tmp, _ = setup
+    with NodeProcess('sim_robot', path), NodeProcess('friction_id', path) as node:
+        client = Client('friction_id')
+        clock = client.node.create_publisher(Clock, '/clock', 10)
+        try:
+            reply = wait_for(lambda: (lambda r: r if r.success else None)(client.call(client.start)),
+                             120.0, interval=1.0, what='friction_id to accept ~/start')
+            assert reply.success, reply.message
+            wait_for(lambda: any((p.get('percent') or 0) > 5 for p in client.progress), 120.0,
+                     what='progress beyond 5 %')
+            wait_for(lambda: clock.get_subscription_count() > 0, 30.0, what='/clock matched')
+
+            def went_back():    # a second publisher's clock, at t = 0: sim_robot's is ahead
+                clock.publish(Clock())
+                return any(p.get('phase') == 'aborted' for p in client.progress)
+            wait_for(went_back, 30.0, interval=0.05, what='aborted after the clock went back')
+            reason = [p for p in client.progress if p.get('phase') == 'aborted'][-1]['reason']
+            assert 'ROS time went back' in reason, reason
+            wait_for(lambda: 'no result published' in node.output(), 30.0, what='log line')
+            assert client.results == []
         finally:
             client.close()

@@ -19,6 +19,8 @@ import time
 
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import ClockChange, JumpThreshold
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -98,6 +100,7 @@ class SysidNode(Node):
         self.started_at = -math.inf
         self.last_result = None
         self._last_progress = -math.inf
+        self.time_jump = None         # why ROS time went back during the running experiment
         self._lock = threading.Lock()
 
         control = MutuallyExclusiveCallbackGroup()
@@ -117,6 +120,12 @@ class SysidNode(Node):
         self.timer = self.create_timer(1.0 / self.settings.command_rate_hz, self._tick,
                                        callback_group=control)
         self.timer.cancel()
+        # The experiment is a schedule in ROS time. On sim time, ROS time that goes back means
+        # a second /clock publisher (or a restarted simulator): the schedule and the recorded
+        # data would mix two timelines, so the run stops (checked by the next tick).
+        self._jump_handler = self.get_clock().create_jump_callback(
+            JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1),
+                          on_clock_change=True), post_callback=self._on_time_jump)
         self.bridge = None
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.get_logger().info(
@@ -252,6 +261,16 @@ class SysidNode(Node):
                 return parsed
         return None
 
+    def _on_time_jump(self, jump):
+        if self.session is None or self.time_jump is not None:
+            return
+        if jump.clock_change in (ClockChange.ROS_TIME_ACTIVATED,
+                                 ClockChange.ROS_TIME_DEACTIVATED):
+            self.time_jump = f'ROS time source changed ({jump.clock_change.name})'
+        elif jump.delta.nanoseconds < 0:
+            self.time_jump = (f'ROS time went back {-jump.delta.nanoseconds * 1e-9:.3f} s (a '
+                              'second /clock publisher, or the simulator restarted)')
+
     def _on_supervisor(self, msg):
         try:
             self.supervisor = json.loads(msg.data)
@@ -306,6 +325,7 @@ class SysidNode(Node):
             if bad:
                 return False, f'{exp.joint}: design outside the limits: {bad}'
         self.workers = []
+        self.time_jump = None
         self.session = session
         self.started_at = time.monotonic()
         self.status = 'running'
@@ -354,6 +374,9 @@ class SysidNode(Node):
             if session is None:
                 return
             now = self._now()
+            if self.time_jump is not None:
+                self._stop(self.time_jump)
+                return
             # The joint_states subscription is made by ~/start: its first message may take
             # discovery time (up to SUBSCRIBE_GRACE_S); after that the stream's age counts.
             if time.monotonic() - max(self.latest[0], self.started_at + SUBSCRIBE_GRACE_S) \
