@@ -144,3 +144,45 @@ def test_phase_aligner_asks_to_realign_when_the_sampling_delay_drifts():
     # The phase drifted: the newest message waits 1.9 ms (it arrived just after a tick).
     flags = [al.on_tick(0.0019) for _ in range(20)]
     assert flags[-1] and not any(flags[:9])            # the median decides, not one tick
+
+
+def test_phase_aligner_await_places_the_tick_before_the_arrival_and_awaits_it():
+    from simreal_ros.core.policy import PhaseAligner
+    rng = np.random.default_rng(2)
+    al = PhaseAligner(lead_s=0.0003, min_samples=50)
+    t0 = 50.0011                                       # 500 Hz, phase 1.1 ms, jitter +-0.1 ms
+    arrivals = t0 + 0.002 * np.arange(200) + 0.0002 * (rng.random(200) - 0.5)
+    for a in arrivals:
+        al.on_state(a)
+    tick = al.next_tick(arrivals[-1])
+    assert al.offset == pytest.approx(-0.0003)
+    phase = (tick - t0 + 0.0003) % 0.002                # the lead before the arrival phase
+    assert min(phase, 0.002 - phase) < 1e-4, phase
+    # At that tick the newest message is the previous period's: await the next one.
+    assert al.should_await(tick, tick - 0.0017)
+    # It came early (just before the tick): use it at once.
+    assert not al.should_await(tick, tick - 0.0001)
+    # A gap in the stream (nothing for 5 ms): the next one is awaited too (the node bounds
+    # the wait by align_max_wait_s).
+    assert al.should_await(tick, tick - 0.005)
+    assert not al.should_await(tick, None)
+    # The 'after' placement never awaits.
+    after = PhaseAligner(min_samples=50)
+    for a in arrivals:
+        after.on_state(a)
+    after.next_tick(arrivals[-1])
+    assert not after.should_await(tick, tick - 0.0017)
+
+
+def test_phase_aligner_await_realigns_when_messages_arrive_before_the_ticks():
+    from simreal_ros.core.policy import PhaseAligner
+    al = PhaseAligner(lead_s=0.0003, min_samples=10, window=20)
+    for k in range(50):
+        al.on_state(k * 0.002 + 0.0004)
+    al.next_tick(0.1)
+    # Each tick awaits its message ~0.3 ms: as placed, however long it runs.
+    assert not any(al.on_tick(-0.0003) for _ in range(100))
+    # Drifted: the messages now arrive 0.8 ms before the ticks (the wait for them is gone,
+    # and the newest has waited): re-align.
+    flags = [al.on_tick(0.0008) for _ in range(20)]
+    assert flags[-1] and not any(flags[:9])

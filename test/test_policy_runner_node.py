@@ -120,9 +120,11 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
             stamps = set(probe.state_stamps)
         assert list(cmd.name) == NAMES and len(cmd.position) == 3
         assert (cmd.header.stamp.sec, cmd.header.stamp.nanosec) in stamps
-        # On the wall clock the enable aligned the tick phase to joint_states, once.
+        # On the wall clock the enable aligned the tick phase to joint_states, once: each tick
+        # falls align_lead_s before a message and computes when it arrives (align_mode await).
         diag_advances(probe, 'phase_alignments', 0)
-        assert 0 < (probe.number('align_offset_ms') or 0) < 2.0   # within a 500 Hz period
+        assert probe.number('align_offset_ms') == pytest.approx(-0.3)
+        diag_advances(probe, 'awaited_ticks', 20)
 
         # A non-finite policy output is counted and never published; it resumes after.
         probe.send_cmd(-3.0)  # the test policy's NaN gate: obs[9] = cmd vx < -1
@@ -166,6 +168,7 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
      'observation length 9 does not match the policy input'),
     ({'policy_joint_names': ['shoulder_yaw', 'wrist_roll', 'elbow_pitch']},
      "['wrist_roll'] are not among the driver joint_names"),
+    ({'align_mode': 'before'}, "parameter align_mode: 'before' is neither"),
 ])
 def test_bad_configuration_exits_with_a_clear_message(tmp_path, override, message):
     policy = onnx_policies.arm3(str(tmp_path / 'arm3.onnx'))

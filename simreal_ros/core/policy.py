@@ -324,7 +324,10 @@ class PolicyController:
 class LoopTiming:
     """Per-tick timing of a control loop, summarised as percentiles for diagnostics/benches."""
 
-    KEYS = ('period_err_ms', 'inference_us', 'obs_age_ms', 'e2e_latency_ms')
+    # period_err_ms: the timer's ticks; publish_period_err_ms: the commands' publication
+    # (with align_mode 'await' a command leaves when its joint_states message arrives).
+    KEYS = ('period_err_ms', 'publish_period_err_ms', 'inference_us', 'obs_age_ms',
+            'e2e_latency_ms')
 
     def __init__(self, period_s, keep=100000):
         from collections import deque
@@ -370,23 +373,32 @@ class PhaseAligner:
     """Phase of a timer-driven loop against a faster sensor stream (joint_states).
 
     A 100 Hz tick sampling a 500 Hz stream at an arbitrary phase uses a message that waited
-    0 to 2 ms for it. Aligned, each tick falls `margin` after the time by which nearly every
-    message has arrived: the arrival times (this process's clock) folded onto the stream's
-    period give the arrival phase and its spread; the tick goes after the `quantile` of the
-    spread. The loop stays timer-driven (its period is the timer's); only its phase is chosen,
-    once at enable and again when the sampling delay drifts (clock drift, a driver restart).
+    0 to 2 ms for it. The arrival times (this process's clock) folded onto the stream's period
+    give the arrival phase and its spread. The loop stays timer-driven (its period is the
+    timer's); only its phase is chosen, once at enable and again when it drifts (clock drift, a
+    driver restart). Two placements:
+
+    - 'after' (`lead_s` None): each tick falls `margin` after the `quantile` of the spread, by
+      which nearly every message of its period has arrived;
+    - 'await' (`lead_s` > 0): each tick falls `lead_s` before the mean arrival and the loop
+      computes when that message arrives (`should_await`), so the wait for a late message is
+      the loop's, not the message's.
+
+    `offset` is the tick's time after the mean arrival phase (negative when awaiting).
     """
 
     def __init__(self, margin_s=0.0002, quantile=99.0, min_samples=50, keep=500,
-                 window=100, min_lead_s=0.0002):
+                 window=100, min_lead_s=0.0002, lead_s=None):
         from collections import deque
         self.margin = float(margin_s)
         self.quantile = float(quantile)
         self.min_samples = int(min_samples)
         self.min_lead = float(min_lead_s)
+        self.lead = None if lead_s is None else float(lead_s)
         self.arrivals = deque(maxlen=keep)
         self.delays = deque(maxlen=window)
         self.offset = None      # the aligned tick's time after the mean arrival phase (s)
+        self.period = None      # the stream period measured at the last alignment (s)
 
     def on_state(self, arrival):
         """Record the arrival time of one message (s, a monotonic clock)."""
@@ -404,28 +416,50 @@ class PhaseAligner:
         if not self.ready():
             return None
         a = np.fromiter(self.arrivals, float)
-        period = self.stream_period()
-        if not period or period <= 0:
+        guess = self.stream_period()
+        if not guess or guess <= 0:
             return None
-        angle = 2 * np.pi * (a - a[-1]) / period
-        mean = float(np.angle(np.mean(np.exp(1j * angle))))   # circular mean phase
-        dev = (angle - mean + np.pi) % (2 * np.pi) - np.pi     # wrapped to [-pi, pi)
-        late = float(np.percentile(dev, self.quantile)) * period / (2 * np.pi)
-        self.offset = late + self.margin
-        t = a[-1] + mean * period / (2 * np.pi) + self.offset
+        # Arrival k of the stream at c + period * k: numbered by the median interval (a lost
+        # message skips a number), then fitted. The median interval alone is off by a few
+        # microseconds with jitter, which folds into a phase error of hundreds of
+        # microseconds over a few hundred messages.
+        k = np.concatenate([[0.0], np.cumsum(np.maximum(np.round(np.diff(a) / guess), 1))])
+        period, c = np.polyfit(k, a, 1)
+        if not period > 0:
+            return None
+        residual = a - (c + period * k)
+        if self.lead is not None:
+            self.offset = -self.lead
+        else:
+            late = float(np.percentile(residual, self.quantile))
+            self.offset = late + self.margin
+        self.period = period = float(period)
+        t = float(c + period * k[-1]) + self.offset
         t += period * math.ceil((now + self.min_lead - t) / period)
         self.delays.clear()
         return float(t)
 
-    def on_tick(self, sampling_delay):
-        """Record how long the newest message waited for this tick (s); True = re-align.
+    def should_await(self, tick, newest_arrival):
+        """'await' placement: True when the tick should compute on the next message.
 
-        Re-align when the median wait over a full window exceeds the alignment's allowance
-        by a quarter of a stream period: the phase has drifted (or was measured while the
-        machine was quieter than it is now).
+        That is when the newest message belongs to an earlier stream period: it arrived more
+        than half a stream period before the tick. Otherwise it is the one this tick was
+        placed for, come early. (The caller bounds the wait: messages come in bursts and
+        gaps of several periods on a busy machine, and a stream may stop.)
+        """
+        if self.lead is None or self.period is None or newest_arrival is None:
+            return False
+        return tick - newest_arrival > 0.5 * self.period
+
+    def on_tick(self, sampling_delay):
+        """Record the tick's start minus the arrival of the message it used (s); True = re-align.
+
+        Negative when the tick awaited the message. Re-align when the median over a full
+        window is more than a quarter of a stream period from the placement (`offset`): the
+        phase has drifted (or was measured while the machine was quieter than it is now).
         """
         self.delays.append(float(sampling_delay))
         if self.offset is None or len(self.delays) < self.delays.maxlen:
             return False
         median = float(np.median(np.fromiter(self.delays, float)))
-        return median > self.offset + 0.25 * (self.stream_period() or 0.0)
+        return abs(median - self.offset) > 0.25 * (self.period or self.stream_period() or 0.0)

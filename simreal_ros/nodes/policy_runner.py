@@ -58,11 +58,14 @@ class PolicyRunner(Node):
         self.lockstep = bool(params['lockstep'])
         self.enabled = False
         self.counters = dict(ticks=0, published=0, stale_ticks=0, bad_input=0, non_finite=0,
-                             resets=0, lockstep_steps=0, phase_alignments=0)
+                             resets=0, lockstep_steps=0, phase_alignments=0, awaited_ticks=0,
+                             await_timeouts=0)
         self.last_problem = ''
         self.timing = LoopTiming(self.period)
         self._lock = threading.Lock()
         self._joint = None   # (msg, arrival monotonic)
+        self._joint_seq = 0  # joint_states messages received
+        self._awaiting = None  # (tick start, _joint_seq then): the tick awaits joint_states
         self._imu = None
         self._cmd = None     # (msg, arrival ROS time s)
         self._last_stamp = None   # lockstep: the observation stamp last computed
@@ -83,13 +86,25 @@ class PolicyRunner(Node):
         self.tick_timer = self.create_timer(self.period, self._tick, callback_group=control)
         # Phase alignment to joint_states (wall clock only: on /clock the timer already fires
         # on the simulation's clock messages; in lockstep the observation drives the step).
-        self.aligner = (PhaseAligner(margin_s=params['align_margin_s'])
+        if params['align_mode'] not in ('await', 'after'):
+            raise ConfigError(f"policy_runner parameter align_mode: {params['align_mode']!r} is "
+                              "neither 'await' nor 'after'")
+        lead = params['align_lead_s'] if params['align_mode'] == 'await' else None
+        self.aligner = (PhaseAligner(margin_s=params['align_margin_s'], lead_s=lead)
                         if params['align_to_joint_states'] and not self.lockstep
                         and not self.get_parameter('use_sim_time').value else None)
         self._align_pending = None    # why an alignment is due: 'enable' or 'drift'
+        # 'await': ends a tick's wait for its joint_states message (reset per awaiting tick)
+        self._wait_timer = None
+        if self.aligner is not None and self.aligner.lead is not None:
+            self._wait_timer = self.create_timer(
+                max(params['align_max_wait_s'], 1e-5), self._await_expired,
+                callback_group=control, clock=Clock(clock_type=ClockType.STEADY_TIME))
+            self._wait_timer.cancel()
         self._align_timer = None
         self._align_reason = None
         self._last_tick_wall = None   # perf_counter time of the last computed timer tick
+        self._last_publish = None     # perf_counter time of the last command
         self.create_timer(1.0, self._publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         session = self.ctl.session
@@ -114,13 +129,24 @@ class PolicyRunner(Node):
             'cmd_vel_timeout_s', 0.0, 'after this long without cmd_vel the configured default '
             'command is used again (s); 0 = keep the last one', 0.0, 3600.0)
         p['align_to_joint_states'] = self._declare(
-            'align_to_joint_states', True, 'choose the tick phase so each tick falls just '
-            'after a joint_states message has arrived (the 99th percentile of the arrival '
-            'phase spread + align_margin_s), at enable and when it drifts; the rate stays '
-            'rate_hz (wall clock only)', None, None)
+            'align_to_joint_states', True, 'choose the tick phase against the joint_states '
+            'arrivals (see align_mode), at enable and when it drifts; the rate stays rate_hz '
+            '(wall clock only)', None, None)
+        p['align_mode'] = self._declare(
+            'align_mode', 'await', "'await': each tick falls align_lead_s before the expected "
+            'joint_states message and computes when it arrives (within about half a '
+            "joint_states period); 'after': each tick falls align_margin_s after the "
+            '99th-percentile arrival phase and computes at once', None, None)
+        p['align_lead_s'] = self._declare(
+            'align_lead_s', 0.0003, "align_mode 'await': the tick's time before the mean "
+            'joint_states arrival phase (s)', 0.0, 0.1)
+        p['align_max_wait_s'] = self._declare(
+            'align_max_wait_s', 0.004, "align_mode 'await': the longest a tick waits for its "
+            'joint_states message; then it computes with the newest it has, if not too old (s)',
+            0.0, 0.1)
         p['align_margin_s'] = self._declare(
-            'align_margin_s', 0.0002, 'margin after the 99th-percentile joint_states arrival '
-            'phase (s)', 0.0, 0.1)
+            'align_margin_s', 0.0002, "align_mode 'after': margin after the 99th-percentile "
+            'joint_states arrival phase (s)', 0.0, 0.1)
         p['lockstep'] = self._declare(
             'lockstep', False, 'compute once per new observation stamp (with sim_robot '
             'lockstep) instead of on the timer', None, None)
@@ -148,9 +174,13 @@ class PolicyRunner(Node):
     def _on_joint_states(self, msg):
         arrival = time.perf_counter()
         self._joint = (msg, arrival)
+        self._joint_seq += 1
         if self.lockstep:
             self._lockstep_try()
         elif self.aligner is not None:
+            if self._awaiting is not None:
+                with self._lock:
+                    self._try_awaited()
             self.aligner.on_state(arrival)
             if self._align_pending and self.enabled and self._align_timer is None:
                 self._schedule_alignment(time.perf_counter())
@@ -187,6 +217,44 @@ class PolicyRunner(Node):
         self._imu = (msg, time.perf_counter())
         if self.lockstep:
             self._lockstep_try()
+        elif self._awaiting is not None:
+            with self._lock:
+                self._try_awaited()
+
+    def _try_awaited(self):
+        """Compute the awaiting tick once its joint_states message (and imu) has arrived.
+
+        With an imu the tick takes the imu stamped with that joint_states message (a driver
+        that stamps both from one sample, as sim_robot does), waiting for it at most until
+        the next joint_states message.
+        """
+        if self._awaiting is None:
+            return
+        wall0, seq0 = self._awaiting
+        if self._joint_seq <= seq0:
+            return
+        if self.ctl.needs_imu and self._joint_seq - seq0 < 2:
+            imu = self._imu
+            if imu is None or (stamp_to_sec(imu[0].header.stamp)
+                               < stamp_to_sec(self._joint[0].header.stamp)):
+                return
+        self._awaiting = None
+        self._wait_timer.cancel()
+        if self.enabled:
+            self.counters['awaited_ticks'] += 1
+            self._compute_tick(wall0)
+
+    def _await_expired(self):
+        """align_max_wait_s passed without the awaited message: compute with the newest."""
+        with self._lock:
+            self._wait_timer.cancel()
+            if self._awaiting is None:
+                return
+            wall0, _ = self._awaiting
+            self._awaiting = None
+            self.counters['await_timeouts'] += 1
+            if self.enabled:
+                self._compute_tick(wall0)
 
     def _on_cmd_vel(self, msg):
         self._cmd = (msg, self._now())
@@ -229,21 +297,37 @@ class PolicyRunner(Node):
         with self._lock:
             self.counters['ticks'] += 1
             if not self.enabled:
+                self._awaiting = None
                 return
             self.timing.tick(now)
-            joint, imu = self._joint, self._imu
-            stale = self._stale(joint, 'joint_states', now)
-            if not stale and self.ctl.needs_imu:
-                stale = self._stale(imu, 'imu', now)
-            if stale:
-                self.counters['stale_ticks'] += 1
-                self.last_problem = stale
-                self.get_logger().warning(f'not publishing: {stale}', throttle_duration_sec=2.0)
+            if self._awaiting is not None:   # align_max_wait_s is over a period: no command
+                self.counters['await_timeouts'] += 1
+                self.timing.deadline_misses += 1
+                self._awaiting = None
+            joint = self._joint
+            if self.aligner is not None and self.aligner.should_await(
+                    wall0, joint[1] if joint is not None else None):
+                self._awaiting = (wall0, self._joint_seq)
+                self._wait_timer.reset()
                 return
-            self._compute_and_publish(joint, imu, now)
-            self._last_tick_wall = wall0
-            if self.aligner is not None and self.aligner.on_tick(wall0 - joint[1]):
-                self._align_pending = 'drift'   # re-align at the next joint_states
+            self._compute_tick(wall0)
+
+    def _compute_tick(self, wall0):
+        """The tick's work (lock held): check the inputs' age, compute, publish."""
+        now = self._now()
+        joint, imu = self._joint, self._imu
+        stale = self._stale(joint, 'joint_states', now)
+        if not stale and self.ctl.needs_imu:
+            stale = self._stale(imu, 'imu', now)
+        if stale:
+            self.counters['stale_ticks'] += 1
+            self.last_problem = stale
+            self.get_logger().warning(f'not publishing: {stale}', throttle_duration_sec=2.0)
+            return
+        self._compute_and_publish(joint, imu, now)
+        self._last_tick_wall = wall0
+        if self.aligner is not None and self.aligner.on_tick(wall0 - joint[1]):
+            self._align_pending = 'drift'   # re-align at the next joint_states
         self.timing.overrun(time.perf_counter() - wall0)
 
     def _stale(self, entry, topic, now):
@@ -303,6 +387,10 @@ class PolicyRunner(Node):
             out.effort = targets.tolist()
         self.pub_cmd.publish(out)
         published = time.perf_counter()
+        last, self._last_publish = self._last_publish, published
+        if last is not None and not self.lockstep and published - last < 1.5 * self.period:
+            self.timing.record('publish_period_err_ms',
+                               abs(published - last - self.period) * 1e3)
         self.counters['published'] += 1
         self.timing.record('inference_us', inference * 1e6)
         self.timing.record('e2e_latency_ms', (published - arrival) * 1e3)
