@@ -186,3 +186,22 @@ def test_phase_aligner_await_realigns_when_messages_arrive_before_the_ticks():
     # and the newest has waited): re-align.
     flags = [al.on_tick(0.0008) for _ in range(20)]
     assert flags[-1] and not any(flags[:9])
+
+
+def test_phase_aligner_numbers_bursty_arrivals_by_their_stamps():
+    """A busy machine delivers a 500 Hz stream in bursts: one message in five 2.6 ms late,
+    arriving just before the next. Numbered by the stamps, the stream's period and phase
+    stand; numbered by the arrival intervals, the late ones would count twice."""
+    from simreal_ros.core.policy import PhaseAligner
+    rng = np.random.default_rng(3)
+    stamps = 1000.0 + 0.002 * np.arange(400)
+    delay = 0.0004 + 0.0001 * rng.random(400)
+    delay[::5] += 0.0026
+    al = PhaseAligner(margin_s=0.0002, min_samples=50)
+    for a, s in zip(stamps + delay, stamps):
+        al.on_state(a, s)
+    tick = al.next_tick(stamps[-1] + 0.001)
+    assert al.period == pytest.approx(0.002, abs=2e-6)
+    # 'after': past the late ones' arrival (~3.0 ms after their stamp), not periods later.
+    assert 0.0025 < al.offset + 0.00097 < 0.0036, al.offset    # mean delay ~0.97 ms
+    assert (tick - 1000.0) % 0.002 == pytest.approx((0.00097 + al.offset) % 0.002, abs=2e-4)

@@ -396,13 +396,15 @@ class PhaseAligner:
         self.min_lead = float(min_lead_s)
         self.lead = None if lead_s is None else float(lead_s)
         self.arrivals = deque(maxlen=keep)
+        self.stamps = deque(maxlen=keep)
         self.delays = deque(maxlen=window)
         self.offset = None      # the aligned tick's time after the mean arrival phase (s)
         self.period = None      # the stream period measured at the last alignment (s)
 
-    def on_state(self, arrival):
-        """Record the arrival time of one message (s, a monotonic clock)."""
+    def on_state(self, arrival, stamp=None):
+        """Record the arrival time of one message (s, a monotonic clock) and its header stamp."""
         self.arrivals.append(float(arrival))
+        self.stamps.append(math.nan if stamp is None else float(stamp))
 
     def ready(self):
         return len(self.arrivals) >= self.min_samples
@@ -419,11 +421,18 @@ class PhaseAligner:
         guess = self.stream_period()
         if not guess or guess <= 0:
             return None
-        # Arrival k of the stream at c + period * k: numbered by the median interval (a lost
-        # message skips a number), then fitted. The median interval alone is off by a few
-        # microseconds with jitter, which folds into a phase error of hundreds of
+        # Message k of the stream arrives at c + period * k: numbered by the header stamps
+        # (regular even when the arrivals come in bursts; a lost message skips a number) or,
+        # without stamps, by the arrival intervals, then fitted. The median interval alone is
+        # off by a few microseconds with jitter, which folds into a phase error of hundreds of
         # microseconds over a few hundred messages.
-        k = np.concatenate([[0.0], np.cumsum(np.maximum(np.round(np.diff(a) / guess), 1))])
+        st = np.fromiter(self.stamps, float)
+        step = np.diff(st)
+        if np.all(np.isfinite(step)) and np.median(step) > 0:
+            k = np.concatenate([[0.0], np.cumsum(np.maximum(np.round(
+                step / np.median(step)), 1))])
+        else:
+            k = np.concatenate([[0.0], np.cumsum(np.maximum(np.round(np.diff(a) / guess), 1))])
         period, c = np.polyfit(k, a, 1)
         if not period > 0:
             return None

@@ -181,7 +181,7 @@ class PolicyRunner(Node):
             if self._awaiting is not None:
                 with self._lock:
                     self._try_awaited()
-            self.aligner.on_state(arrival)
+            self.aligner.on_state(arrival, stamp_to_sec(msg.header.stamp))
             if self._align_pending and self.enabled and self._align_timer is None:
                 self._schedule_alignment(time.perf_counter())
 
