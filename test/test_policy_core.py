@@ -155,9 +155,10 @@ def test_phase_aligner_await_places_the_tick_before_the_arrival_and_awaits_it():
     for a in arrivals:
         al.on_state(a)
     tick = al.next_tick(arrivals[-1])
-    assert al.offset == pytest.approx(-0.0003)
-    phase = (tick - t0 + 0.0003) % 0.002                # the lead before the arrival phase
-    assert min(phase, 0.002 - phase) < 1e-4, phase
+    # The lead before the earliest (1 %) arrivals, ~0.1 ms before the mean.
+    assert -0.0003 - 0.00012 < al.offset < -0.0003 - 0.00008, al.offset
+    phase = (tick - t0 - al.offset) % 0.002
+    assert min(phase, 0.002 - phase) < 2e-5, phase
     # At that tick the newest message is the previous period's: await the next one.
     assert al.should_await(tick, tick - 0.0017)
     # It came early (just before the tick): use it at once.
@@ -205,3 +206,14 @@ def test_phase_aligner_numbers_bursty_arrivals_by_their_stamps():
     # 'after': past the late ones' arrival (~3.0 ms after their stamp), not periods later.
     assert 0.0025 < al.offset + 0.00097 < 0.0036, al.offset    # mean delay ~0.97 ms
     assert (tick - 1000.0) % 0.002 == pytest.approx((0.00097 + al.offset) % 0.002, abs=2e-4)
+    # 'await' on the same stream: before the on-time four in five (at 0.40-0.50 ms after
+    # their stamp), though the late fifth pulls the mean after them.
+    aw = PhaseAligner(lead_s=0.0003, min_samples=50)
+    for a, s in zip(stamps + delay, stamps):
+        aw.on_state(a, s)
+    tick = aw.next_tick(stamps[-1] + 0.001)
+    before = 0.0004 - (tick - 1000.0) % 0.002
+    assert 0.0002 < before < 0.0004, before
+    # Each of those on-time messages is awaited; a late one (3.0 ms after its stamp) is
+    # the previous period's by then, so the tick awaits the next (on-time) one.
+    assert aw.should_await(tick, tick - 0.002 + before)

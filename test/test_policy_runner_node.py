@@ -123,7 +123,7 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
         # On the wall clock the enable aligned the tick phase to joint_states, once: each tick
         # falls align_lead_s before a message and computes when it arrives (align_mode await).
         diag_advances(probe, 'phase_alignments', 0)
-        assert probe.number('align_offset_ms') == pytest.approx(-0.3)
+        assert -2.0 < probe.number('align_offset_ms') <= -0.3
         diag_advances(probe, 'awaited_ticks', 20)
 
         # A non-finite policy output is counted and never published; it resumes after.

@@ -380,9 +380,9 @@ class PhaseAligner:
 
     - 'after' (`lead_s` None): each tick falls `margin` after the `quantile` of the spread, by
       which nearly every message of its period has arrived;
-    - 'await' (`lead_s` > 0): each tick falls `lead_s` before the mean arrival and the loop
-      computes when that message arrives (`should_await`), so the wait for a late message is
-      the loop's, not the message's.
+    - 'await' (`lead_s` > 0): each tick falls `lead_s` before (100 - `quantile`) % of the
+      arrivals and the loop computes when that message arrives (`should_await`), so the wait
+      for a late message is the loop's, not the message's.
 
     `offset` is the tick's time after the mean arrival phase (negative when awaiting).
     """
@@ -399,6 +399,7 @@ class PhaseAligner:
         self.stamps = deque(maxlen=keep)
         self.delays = deque(maxlen=window)
         self.offset = None      # the aligned tick's time after the mean arrival phase (s)
+        self.expected_delay = None
         self.period = None      # the stream period measured at the last alignment (s)
 
     def on_state(self, arrival, stamp=None):
@@ -438,10 +439,15 @@ class PhaseAligner:
             return None
         residual = a - (c + period * k)
         if self.lead is not None:
-            self.offset = -self.lead
+            # Before (nearly) every arrival: a fifth of the messages late by a stream period
+            # pull the mean after most arrivals, so the mean is no place for the tick.
+            early = float(np.percentile(residual, 100.0 - self.quantile))
+            self.offset = early - self.lead
         else:
             late = float(np.percentile(residual, self.quantile))
             self.offset = late + self.margin
+        # What on_tick should see: the tick's start minus the arrival, at the median.
+        self.expected_delay = self.offset - float(np.median(residual))
         self.period = period = float(period)
         t = float(c + period * k[-1]) + self.offset
         t += period * math.ceil((now + self.min_lead - t) / period)
@@ -464,11 +470,11 @@ class PhaseAligner:
         """Record the tick's start minus the arrival of the message it used (s); True = re-align.
 
         Negative when the tick awaited the message. Re-align when the median over a full
-        window is more than a quarter of a stream period from the placement (`offset`): the
-        phase has drifted (or was measured while the machine was quieter than it is now).
+        window is more than a quarter of a stream period from the one the placement implies:
+        the phase has drifted (or was measured while the machine was quieter than it is now).
         """
         self.delays.append(float(sampling_delay))
-        if self.offset is None or len(self.delays) < self.delays.maxlen:
+        if self.expected_delay is None or len(self.delays) < self.delays.maxlen:
             return False
         median = float(np.median(np.fromiter(self.delays, float)))
-        return abs(median - self.offset) > 0.25 * (self.period or self.stream_period() or 0.0)
+        return abs(median - self.expected_delay) > 0.25 * (self.period or 0.0)
