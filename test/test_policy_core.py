@@ -183,6 +183,8 @@ def test_phase_aligner_await_realigns_when_messages_arrive_before_the_ticks():
     al.next_tick(0.1)
     # Each tick awaits its message ~0.3 ms: as placed, however long it runs.
     assert not any(al.on_tick(-0.0003) for _ in range(100))
+    # Longer waits (the arrivals moved later): still computed on arrival, no re-alignment.
+    assert not any(al.on_tick(-0.0015) for _ in range(100))
     # Drifted: the messages now arrive 0.8 ms before the ticks (the wait for them is gone,
     # and the newest has waited): re-align.
     flags = [al.on_tick(0.0008) for _ in range(20)]
