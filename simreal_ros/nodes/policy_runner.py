@@ -130,8 +130,8 @@ class PolicyRunner(Node):
             'command is used again (s); 0 = keep the last one', 0.0, 3600.0)
         p['align_to_joint_states'] = self._declare(
             'align_to_joint_states', True, 'choose the tick phase against the joint_states '
-            'arrivals (see align_mode), at enable and when it drifts; the rate stays rate_hz '
-            '(wall clock only)', None, None)
+            "arrivals (see align_mode) at enable ('after': also when it drifts); the rate "
+            'stays rate_hz (wall clock only)', None, None)
         p['align_mode'] = self._declare(
             'align_mode', 'await', "'await': each tick falls align_lead_s before the expected "
             'joint_states message and computes when it arrives (within about half a '
