@@ -149,6 +149,8 @@ def main():
             'period_err_p99_ms': float(final['period_err_ms_p99']),
             'publish_period_err_p99_ms': float(final['publish_period_err_ms_p99']),
             'deadline_misses': int(final['deadline_misses']),
+            'deadline_misses_by_cause': {k[len('misses_'):]: int(v) for k, v in final.items()
+                                         if k.startswith('misses_')},
             'inference_p99_us': float(final['inference_us_p99']),
             'e2e_latency_p99_ms': float(final['e2e_latency_ms_p99']),
             'e2e_latency_p50_ms': float(final['e2e_latency_ms_p50']),

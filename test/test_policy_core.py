@@ -215,3 +215,19 @@ def test_phase_aligner_numbers_bursty_arrivals_by_their_stamps():
     # Each of those on-time messages is awaited; a late one (3.0 ms after its stamp) is
     # the previous period's by then, so the tick awaits the next (on-time) one.
     assert aw.should_await(tick, tick - 0.002 + before)
+
+
+def test_loop_timing_counts_deadline_misses_by_cause():
+    from simreal_ros.core.policy import LoopTiming
+    t = LoopTiming(0.01)
+    for k in range(5):
+        t.tick(k * 0.01 + (0.0002 if k % 2 else 0.0))
+    assert t.deadline_misses == 0
+    t.tick(0.04 + 0.03)            # two periods skipped
+    t.overrun(0.012)               # a tick's work outlasted its period
+    t.overrun(0.009)
+    t.miss('no_command')
+    s = t.summary()
+    assert s['deadline_misses'] == 4
+    assert (s['misses_late_tick'], s['misses_overrun'], s['misses_no_command']) == (2, 1, 1)
+    assert s['period_err_ms_p50'] == pytest.approx(0.2, abs=1e-6)

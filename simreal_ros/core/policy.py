@@ -334,6 +334,7 @@ class LoopTiming:
         self.period_s = float(period_s)
         self.samples = {k: deque(maxlen=keep) for k in self.KEYS}
         self.deadline_misses = 0
+        self.misses = {'late_tick': 0, 'overrun': 0, 'no_command': 0}   # by cause
         self._last_tick = None
 
     def tick(self, t):
@@ -342,7 +343,7 @@ class LoopTiming:
             interval = t - self._last_tick
             self.samples['period_err_ms'].append(abs(interval - self.period_s) * 1e3)
             if interval > 1.5 * self.period_s:
-                self.deadline_misses += int(round(interval / self.period_s)) - 1
+                self.miss('late_tick', int(round(interval / self.period_s)) - 1)
         self._last_tick = t
 
     def restart(self):
@@ -355,11 +356,18 @@ class LoopTiming:
     def overrun(self, compute_s):
         """Count a miss when one tick's work took longer than the period."""
         if compute_s > self.period_s:
-            self.deadline_misses += 1
+            self.miss('overrun')
+
+    def miss(self, cause, n=1):
+        """Count n deadline misses: 'late_tick' (the timer skipped a period), 'overrun' (a
+        tick's work outlasted the period) or 'no_command' (a tick ended without computing)."""
+        self.misses[cause] += n
+        self.deadline_misses += n
 
     def summary(self):
         """Return {key_p50, key_p99, key_max} for every key with samples, plus misses."""
         out = {'deadline_misses': self.deadline_misses}
+        out.update({f'misses_{k}': v for k, v in self.misses.items()})
         for key, values in self.samples.items():
             if values:
                 arr = np.fromiter(values, float)

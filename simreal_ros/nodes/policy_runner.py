@@ -302,7 +302,7 @@ class PolicyRunner(Node):
             self.timing.tick(now)
             if self._awaiting is not None:   # align_max_wait_s is over a period: no command
                 self.counters['await_timeouts'] += 1
-                self.timing.deadline_misses += 1
+                self.timing.miss('no_command')
                 self._awaiting = None
             joint = self._joint
             if self.aligner is not None and self.aligner.should_await(
