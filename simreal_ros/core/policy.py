@@ -321,18 +321,57 @@ class PolicyController:
         return self.joint_map.to_command(targets), action
 
 
+class _Histogram:
+    """Counts of a positive series in log-spaced bins (100 a decade, 1e-3 to 1e5): O(1) to
+    add to, a few microseconds to read. A percentile is its bin's upper edge (at most 2.3 %
+    above the exact value, never above the maximum); the maximum is exact."""
+
+    LO = 1e-3
+    PER_DECADE = 100
+    DECADES = 8
+
+    def __init__(self):
+        self.counts = np.zeros(self.DECADES * self.PER_DECADE + 2, np.int64)
+        self.n = 0
+        self.max = -math.inf
+
+    def append(self, value):
+        if value > self.LO:
+            i = min(int(math.log10(value / self.LO) * self.PER_DECADE) + 1,
+                    len(self.counts) - 1)
+        else:
+            i = 0
+        self.counts[i] += 1
+        self.n += 1
+        if value > self.max:
+            self.max = value
+
+    def __len__(self):
+        return self.n
+
+    def percentile(self, q):
+        i = int(np.searchsorted(np.cumsum(self.counts), q / 100.0 * self.n))
+        edge = self.LO * 10.0 ** (i / self.PER_DECADE)
+        return min(edge, self.max)
+
+
 class LoopTiming:
-    """Per-tick timing of a control loop, summarised as percentiles for diagnostics/benches."""
+    """Per-tick timing of a control loop, summarised as percentiles for diagnostics/benches.
+
+    The percentiles cover every sample since start-up, from log-spaced histograms.
+    summary() runs on the loop's executor thread once a second, so it must cost next to
+    nothing: percentiles of deques of 100,000 samples took 22 ms (a late tick every second
+    after 17 minutes at 100 Hz), of 6,000 samples 1 ms.
+    """
 
     # period_err_ms: the timer's ticks; publish_period_err_ms: the commands' publication
     # (with align_mode 'await' a command leaves when its joint_states message arrives).
     KEYS = ('period_err_ms', 'publish_period_err_ms', 'inference_us', 'obs_age_ms',
             'e2e_latency_ms')
 
-    def __init__(self, period_s, keep=100000):
-        from collections import deque
+    def __init__(self, period_s):
         self.period_s = float(period_s)
-        self.samples = {k: deque(maxlen=keep) for k in self.KEYS}
+        self.samples = {k: _Histogram() for k in self.KEYS}
         self.deadline_misses = 0
         self.misses = {'late_tick': 0, 'overrun': 0, 'no_command': 0}   # by cause
         self._last_tick = None
@@ -368,12 +407,11 @@ class LoopTiming:
         """Return {key_p50, key_p99, key_max} for every key with samples, plus misses."""
         out = {'deadline_misses': self.deadline_misses}
         out.update({f'misses_{k}': v for k, v in self.misses.items()})
-        for key, values in self.samples.items():
-            if values:
-                arr = np.fromiter(values, float)
-                out[key + '_p50'] = float(np.percentile(arr, 50))
-                out[key + '_p99'] = float(np.percentile(arr, 99))
-                out[key + '_max'] = float(arr.max())
+        for key, hist in self.samples.items():
+            if len(hist):
+                out[key + '_p50'] = float(hist.percentile(50))
+                out[key + '_p99'] = float(hist.percentile(99))
+                out[key + '_max'] = float(hist.max)
         return out
 
 
@@ -392,7 +430,7 @@ class PhaseAligner:
       arrivals and the loop computes when that message arrives (`should_await`), so the wait
       for a late message is the loop's, not the message's.
 
-    `offset` is the tick's time after the mean arrival phase (negative when awaiting).
+    `offset` is the tick's time after the median arrival phase (negative when awaiting).
     """
 
     def __init__(self, margin_s=0.0002, quantile=99.0, min_samples=50, keep=500,
@@ -406,7 +444,7 @@ class PhaseAligner:
         self.arrivals = deque(maxlen=keep)
         self.stamps = deque(maxlen=keep)
         self.delays = deque(maxlen=window)
-        self.offset = None      # the aligned tick's time after the mean arrival phase (s)
+        self.offset = None      # the aligned tick's time after the median arrival phase (s)
         self.expected_delay = None
         self.period = None      # the stream period measured at the last alignment (s)
 
@@ -446,18 +484,18 @@ class PhaseAligner:
         if not period > 0:
             return None
         residual = a - (c + period * k)
-        if self.lead is not None:
-            # Before (nearly) every arrival: a fifth of the messages late by a stream period
-            # pull the mean after most arrivals, so the mean is no place for the tick.
-            early = float(np.percentile(residual, 100.0 - self.quantile))
-            self.offset = early - self.lead
-        else:
-            late = float(np.percentile(residual, self.quantile))
-            self.offset = late + self.margin
+        # Centred on the median arrival (a fifth of the messages a stream period late pull
+        # the fitted line, a mean, after most arrivals) and wrapped to +- half a period.
+        median = float(np.median(residual))
+        spread = (residual - median + 0.5 * period) % period - 0.5 * period
+        if self.lead is not None:   # before (nearly) every arrival
+            self.offset = float(np.percentile(spread, 100.0 - self.quantile)) - self.lead
+        else:                       # after (nearly) every arrival
+            self.offset = float(np.percentile(spread, self.quantile)) + self.margin
         # What on_tick should see: the tick's start minus the arrival, at the median.
-        self.expected_delay = self.offset - float(np.median(residual))
+        self.expected_delay = self.offset
         self.period = period = float(period)
-        t = float(c + period * k[-1]) + self.offset
+        t = float(c + median + period * k[-1]) + self.offset
         t += period * math.ceil((now + self.min_lead - t) / period)
         self.delays.clear()
         return float(t)

@@ -133,13 +133,14 @@ class PolicyRunner(Node):
             "arrivals (see align_mode) at enable ('after': also when it drifts); the rate "
             'stays rate_hz (wall clock only)', None, None)
         p['align_mode'] = self._declare(
-            'align_mode', 'await', "'await': each tick falls align_lead_s before the expected "
-            'joint_states message and computes when it arrives (within about half a '
-            "joint_states period); 'after': each tick falls align_margin_s after the "
+            'align_mode', 'await', "'await': each tick falls align_lead_s before the "
+            'joint_states arrivals; it computes at once with a message at most half a '
+            'joint_states period old, or else when the next one arrives (at most '
+            "align_max_wait_s); 'after': each tick falls align_margin_s after the "
             '99th-percentile arrival phase and computes at once', None, None)
         p['align_lead_s'] = self._declare(
-            'align_lead_s', 0.0003, "align_mode 'await': the tick's time before the mean "
-            'joint_states arrival phase (s)', 0.0, 0.1)
+            'align_lead_s', 0.0003, "align_mode 'await': the tick's time before the "
+            '1st-percentile joint_states arrival phase (s)', 0.0, 0.1)
         p['align_max_wait_s'] = self._declare(
             'align_max_wait_s', 0.004, "align_mode 'await': the longest a tick waits for its "
             'joint_states message; then it computes with the newest it has, if not too old (s)',
