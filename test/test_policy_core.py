@@ -163,6 +163,9 @@ def test_phase_aligner_await_places_the_tick_before_the_arrival_and_awaits_it():
     assert al.should_await(tick, tick - 0.0017)
     # It came early (just before the tick): use it at once.
     assert not al.should_await(tick, tick - 0.0001)
+    # Older than the lead, if younger than half a stream period: an earlier period's (a
+    # late cluster of arrivals), so the tick awaits the next rather than compute with it.
+    assert al.should_await(tick, tick - 0.0005)
     # A gap in the stream (nothing for 5 ms): the next one is awaited too (the node bounds
     # the wait by align_max_wait_s).
     assert al.should_await(tick, tick - 0.005)

@@ -89,7 +89,12 @@ def overlay(tmp_path, params):
 
 def diag_advances(probe, key, beyond):
     """Wait for the next diagnostics report that shows `key` above `beyond`."""
-    wait_for(lambda: (probe.number(key) or 0) > beyond, 15, what=f'{key} > {beyond}')
+    try:
+        wait_for(lambda: (probe.number(key) or 0) > beyond, 15, what=f'{key} > {beyond}')
+    except AssertionError:
+        with probe.lock:
+            print(f'policy_runner diagnostics: {probe.diag}')
+        raise
 
 
 @pytest.fixture(scope='module')

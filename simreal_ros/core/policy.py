@@ -446,6 +446,13 @@ class PhaseAligner:
         self.delays = deque(maxlen=window)
         self.offset = None      # the aligned tick's time after the median arrival phase (s)
         self.expected_delay = None
+        # numpy's first least-squares fit and percentile load code (~15 ms): not at enable.
+        warm = PhaseAligner.__new__(PhaseAligner)
+        warm.__dict__.update(self.__dict__, arrivals=deque(0.002 * np.arange(10) + 1.0,
+                                                          maxlen=10),
+                             stamps=deque(0.002 * np.arange(10), maxlen=10), min_samples=2,
+                             delays=deque(maxlen=window))
+        warm.next_tick(1.0)
         self.period = None      # the stream period measured at the last alignment (s)
 
     def on_state(self, arrival, stamp=None):
@@ -503,14 +510,17 @@ class PhaseAligner:
     def should_await(self, tick, newest_arrival):
         """'await' placement: True when the tick should compute on the next message.
 
-        That is when the newest message belongs to an earlier stream period: it arrived more
-        than half a stream period before the tick. Otherwise it is the one this tick was
-        placed for, come early. (The caller bounds the wait: messages come in bursts and
-        gaps of several periods on a busy machine, and a stream may stop.)
+        That is when the newest message arrived more than `lead_s` before the tick: it is an
+        earlier period's (arrivals here spread over a millisecond and more, in clusters, so
+        half a stream period does not tell). Otherwise it is the one this tick was placed
+        for, come early or met by a late timer. Whatever the phase, a tick so computes with
+        a message at most `lead_s` old or on the next one's arrival: the phase only sets how
+        long the tick waits. (The caller bounds the wait: messages come in bursts and gaps
+        of several periods on a busy machine, and a stream may stop.)
         """
         if self.lead is None or self.period is None or newest_arrival is None:
             return False
-        return tick - newest_arrival > 0.5 * self.period
+        return tick - newest_arrival > self.lead
 
     def on_tick(self, sampling_delay):
         """Record the tick's start minus the arrival of the message it used (s); True = re-align.
@@ -518,7 +528,7 @@ class PhaseAligner:
         Negative when the tick awaited the message. 'after' re-aligns when the median over a
         full window shows the messages waiting a quarter of a stream period longer than the
         placement implies. 'await' never does: whatever the phase, a tick uses a message at
-        most half a stream period old or waits for the next, so drift costs little latency,
+        most `lead_s` old or waits for the next, so drift costs no latency, only waiting,
         while each re-alignment costs a period error, and a stream whose period is 0.1 %
         off the timer's (a simulator a little slower than real time) drifts by a stream
         period every two seconds.

@@ -25,6 +25,7 @@ observation stamp, when joint_states and imu of that stamp have both arrived, in
 timer: the simulation waits for it, so the ROS path can be compared step by step with a
 reference loop.
 """
+import math
 import threading
 import time
 
@@ -41,6 +42,9 @@ from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, LoopTiming, PhaseAligner,
                                      PolicyController)
 from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS, declare, run, stamp_to_sec
+
+
+ALIGN_EARLY_S = 0.0012   # see _schedule_alignment
 
 
 class PolicyRunner(Node):
@@ -102,6 +106,7 @@ class PolicyRunner(Node):
                 callback_group=control, clock=Clock(clock_type=ClockType.STEADY_TIME))
             self._wait_timer.cancel()
         self._align_timer = None
+        self._align_when = None
         self._align_reason = None
         self._last_tick_wall = None   # perf_counter time of the last computed timer tick
         self._last_publish = None     # perf_counter time of the last command
@@ -134,13 +139,14 @@ class PolicyRunner(Node):
             'stays rate_hz (wall clock only)', None, None)
         p['align_mode'] = self._declare(
             'align_mode', 'await', "'await': each tick falls align_lead_s before the "
-            'joint_states arrivals; it computes at once with a message at most half a '
-            'joint_states period old, or else when the next one arrives (at most '
-            "align_max_wait_s); 'after': each tick falls align_margin_s after the "
-            '99th-percentile arrival phase and computes at once', None, None)
+            'joint_states arrivals; it computes at once with a message at most align_lead_s '
+            'old, or else when the next one arrives (waiting at most align_max_wait_s); '
+            "'after': each tick falls align_margin_s after the 99th-percentile arrival phase "
+            'and computes at once', None, None)
         p['align_lead_s'] = self._declare(
             'align_lead_s', 0.0003, "align_mode 'await': the tick's time before the "
-            '1st-percentile joint_states arrival phase (s)', 0.0, 0.1)
+            '1st-percentile joint_states arrival phase, and the age up to which the newest '
+            'message is taken as this tick\'s (s)', 0.0, 0.1)
         p['align_max_wait_s'] = self._declare(
             'align_max_wait_s', 0.004, "align_mode 'await': the longest a tick waits for its "
             'joint_states message; then it computes with the newest it has, if not too old (s)',
@@ -199,8 +205,18 @@ class PolicyRunner(Node):
         when = self.aligner.next_tick(earliest)
         if when is None:
             return   # not enough joint_states yet: the plain timer phase meanwhile
+        # The fit took time (or the process was descheduled): a slot gone by is skipped.
+        now = time.perf_counter()
+        if when < now + self.aligner.min_lead:
+            when += self.aligner.period * math.ceil(
+                (now + self.aligner.min_lead - when) / self.aligner.period)
         self._align_reason, self._align_pending = self._align_pending, None
-        self._align_timer = self.create_timer(max(when - now, 1e-5), self._aligned_tick,
+        # A one-shot timer here fires 0.2 ms late at the median and 0.9 ms at the 99th
+        # percentile, and the periodic timer restarts from it: it is set ALIGN_EARLY_S early
+        # and the callback waits out the rest on the clock (once per alignment).
+        self._align_when = when
+        self._align_timer = self.create_timer(max(when - now - ALIGN_EARLY_S, 1e-5),
+                                              self._aligned_tick,
                                               callback_group=self.control,
                                               clock=Clock(clock_type=ClockType.STEADY_TIME))
 
@@ -208,6 +224,9 @@ class PolicyRunner(Node):
         timer, self._align_timer = self._align_timer, None
         if timer is not None:
             self.destroy_timer(timer)
+        until = min(self._align_when, time.perf_counter() + ALIGN_EARLY_S + 0.0005)
+        while time.perf_counter() < until:
+            pass
         self.tick_timer.reset()   # the next periodic tick is one period from now
         self.counters['phase_alignments'] += 1
         if self._align_reason == 'enable':
