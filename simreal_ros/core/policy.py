@@ -445,14 +445,9 @@ class PhaseAligner:
         self.stamps = deque(maxlen=keep)
         self.delays = deque(maxlen=window)
         self.offset = None      # the aligned tick's time after the median arrival phase (s)
-        self.expected_delay = None
-        # numpy's first least-squares fit and percentile load code (~15 ms): not at enable.
-        warm = PhaseAligner.__new__(PhaseAligner)
-        warm.__dict__.update(self.__dict__, arrivals=deque(0.002 * np.arange(10) + 1.0,
-                                                          maxlen=10),
-                             stamps=deque(0.002 * np.arange(10), maxlen=10), min_samples=2,
-                             delays=deque(maxlen=window))
-        warm.next_tick(1.0)
+        # numpy's first median and least-squares fit load code (~10 ms): here, not at enable.
+        x = np.arange(3.0)
+        np.polyfit(x, x, 1), np.median(x), np.percentile(x, 1)
         self.period = None      # the stream period measured at the last alignment (s)
 
     def on_state(self, arrival, stamp=None):
@@ -499,8 +494,6 @@ class PhaseAligner:
             self.offset = float(np.percentile(spread, 100.0 - self.quantile)) - self.lead
         else:                       # after (nearly) every arrival
             self.offset = float(np.percentile(spread, self.quantile)) + self.margin
-        # What on_tick should see: the tick's start minus the arrival, at the median.
-        self.expected_delay = self.offset
         self.period = period = float(period)
         t = float(c + median + period * k[-1]) + self.offset
         t += period * math.ceil((now + self.min_lead - t) / period)
@@ -534,8 +527,8 @@ class PhaseAligner:
         period every two seconds.
         """
         self.delays.append(float(sampling_delay))
-        if (self.lead is not None or self.expected_delay is None
+        if (self.lead is not None or self.offset is None
                 or len(self.delays) < self.delays.maxlen):
             return False
         median = float(np.median(np.fromiter(self.delays, float)))
-        return median > self.expected_delay + 0.25 * (self.period or 0.0)
+        return median > self.offset + 0.25 * (self.period or 0.0)
