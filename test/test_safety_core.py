@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simreal_ros.core.config import ConfigError
-from simreal_ros.core.safety import (Limits, Rejected, StageMachine, Supervisor,
+from simreal_ros.core.safety import (DEFAULT_STAGES, Limits, Rejected, StageMachine, Supervisor,
                                      SupervisorConfig, Watchdog, filter_command, implied_torque,
                                      tilt_of, validate_command)
 
@@ -134,14 +134,38 @@ def test_bad_limits_are_config_errors(key, value):
 
 
 # -- stage machine ------------------------------------------------------------------------------
+def clean(sm, t0, t1, dt=0.01):
+    """Report clean forwarding ticks from t0 to t1 (inclusive), as the supervisor does."""
+    for t in np.arange(t0, t1 + dt / 2, dt):
+        sm.accrue(float(t), True)
+
+
 def test_promotion_needs_clean_dwell_and_goes_one_stage(tmp_path):
     sm = StageMachine(dwell_s=[1.0], now=0.0, record_path=tmp_path / 's.json')
+    clean(sm, 0.0, 0.5)
     ok, why = sm.request_advance(0.5)
     assert not ok and 'needs 1.00 s' in why
+    clean(sm, 0.5, 1.0)
     ok, _ = sm.request_advance(1.0)
     assert ok and sm.scale == 0.25
+    clean(sm, 1.0, 1.5)
     ok, _ = sm.request_advance(1.5)  # dwell restarts at each stage: no skipping
     assert not ok and sm.scale == 0.25
+
+
+def test_dwell_accrues_only_on_clean_ticks():
+    """Idle time earns nothing: the hole that let a stage be earned without the policy."""
+    sm = StageMachine(dwell_s=[1.0], now=0.0)
+    ok, why = sm.request_advance(10.0)       # ten seconds of nothing forwarded
+    assert not ok and 'clean for 0.00 s' in why
+    clean(sm, 10.0, 10.6)
+    sm.accrue(10.61, False)                  # one unclean tick breaks the run ...
+    clean(sm, 20.0, 20.3)                    # ... and the gap is not counted
+    assert sm.clean_for() == pytest.approx(0.9, abs=1e-6)
+    ok, why = sm.request_advance(20.3, not_clean='policy stale')
+    assert not ok and 'policy stale' in why  # refused with the reason, whatever the dwell
+    clean(sm, 20.3, 20.4)
+    assert sm.request_advance(20.4)[0]
 
 
 def test_fault_demotes_and_restarts_clean_timer_with_holdoff():
@@ -153,22 +177,29 @@ def test_fault_demotes_and_restarts_clean_timer_with_holdoff():
     assert sm.fault('limit', 1.2) is None and sm.scale == 0.5  # within holdoff
     assert sm.fault('limit', 1.6) is not None and sm.scale == 0.25
     sm2 = StageMachine(dwell_s=[2.0], now=0.0)
+    clean(sm2, 0.0, 2.0)
     sm2.request_advance(2.0)
+    clean(sm2, 2.0, 2.9)
     sm2.fault('limit', 3.0)
-    assert sm2.clean_for(4.0) == pytest.approx(1.0)
+    clean(sm2, 3.0, 4.0)
+    assert sm2.clean_for() == pytest.approx(1.0)
 
 
 def test_demotion_kinds_are_configurable():
     sm = StageMachine(dwell_s=[0.0], now=0.0, demote_on=('limit',))
     sm.request_advance(0.0)
+    clean(sm, 0.0, 0.9)
     assert sm.fault('watchdog', 1.0) is None and sm.scale == 0.25
-    assert sm.clean_for(1.0) == 0.0  # still not clean
+    assert sm.clean_for() == 0.0  # still not clean
 
 
 def test_auto_advance_after_clean_dwell():
     sm = StageMachine(dwell_s=[1.0], now=0.0, auto_advance=True)
-    assert sm.update(0.9) is None
-    assert sm.update(1.0)['to'] == 0.25
+    assert sm.update(5.0) is None            # time alone is not clean dwell
+    clean(sm, 5.0, 5.9)
+    assert sm.update(5.9) is None
+    clean(sm, 5.9, 6.05)
+    assert sm.update(6.05)['to'] == 0.25
 
 
 def test_record_file_keeps_highest_and_transitions_and_resumes(tmp_path):
@@ -179,13 +210,49 @@ def test_record_file_keeps_highest_and_transitions_and_resumes(tmp_path):
     sm.fault('limit', 1.0, 'torque clipped for a')
     rec = json.loads(path.read_text())
     assert rec['highest'] == 0.5 and rec['stage'] == 0.25
+    assert rec['stages'] == list(DEFAULT_STAGES)
     assert [t['to'] for t in rec['transitions']][-3:] == [0.25, 0.5, 0.25]
     assert 'torque clipped' in rec['transitions'][-1]['cause']
     resumed = StageMachine(dwell_s=[0.0], now=5.0, record_path=path, resume=True)
-    assert resumed.scale == 0.25
+    assert resumed.scale == 0.25 and not resumed.warnings
     fresh = StageMachine(dwell_s=[0.0], now=6.0, record_path=path)
     assert fresh.scale == 0.10 and fresh.scales[fresh.highest] == 0.5
     assert json.loads(path.read_text())['transitions'][-1]['cause'] == 'start'
+
+
+def test_resume_with_another_stage_list_starts_at_the_first_stage(tmp_path):
+    path = tmp_path / 'stages.json'
+    sm = StageMachine(dwell_s=[0.0], now=0.0, record_path=path)
+    for _ in range(3):
+        sm.request_advance(0.0)
+    assert json.loads(path.read_text())['stage'] == 0.75
+    other = StageMachine(scales=[0.2, 0.75, 1.0], dwell_s=[0.0], now=1.0, record_path=path,
+                         resume=True)
+    assert other.index == 0 and other.highest == 0
+    assert other.warnings and 'earned with stages' in other.warnings[0]
+
+
+def test_record_is_written_off_the_control_path_and_a_failed_write_is_counted(tmp_path):
+    import threading
+    from simreal_ros.core.safety.stages import RecordWriter
+    blocked = tmp_path / 'ro'
+    blocked.write_text('a file where the record folder should be')
+    sm = StageMachine(dwell_s=[0.0], now=0.0, record_path=blocked / 'stages.json',
+                      write_through=False)
+    sm.request_advance(0.0)                  # no I/O here: only marked pending
+    assert sm.scale == 0.25 and sm.pending() is not None
+    lock = threading.Lock()
+    writer = RecordWriter(sm.pending, sm.written, lock, retry_s=0.05)
+    try:
+        assert not writer.flush()
+        assert writer.failures >= 1 and 'not written' in writer.error
+        assert sm.scale == 0.25 and sm.pending() is not None   # memory holds; retried later
+        sm.record_path = tmp_path / 'ok' / 'stages.json'
+        assert writer.flush() and writer.error == '' and sm.pending() is None
+        assert json.loads(sm.record_path.read_text())['stage'] == 0.25
+        assert not list(sm.record_path.parent.glob('*.tmp'))
+    finally:
+        writer.stop()
 
 
 def test_bad_stages_are_config_errors():
@@ -407,7 +474,10 @@ def test_reset_refused_with_reasons_then_accepted():
     r.sup.estop('operator', r.t)
     r.t += 0.1
     ok, why = r.sup.reset(r.t)
-    assert not ok and 'joint_states' in why and 'policy' in why
+    assert not ok and 'joint_states' in why
+    r.state(q=(0.0, 0.0), dq=(0.8, 0.0))
+    ok, why = r.sup.reset(r.t)
+    assert not ok and 'reset_velocity_tolerance' in why   # velocities, not only positions
     r.state(q=(0.0, 0.0))
     r.cmd(pos=(0.5, 0.0))
     ok, why = r.sup.reset(r.t)
@@ -440,10 +510,12 @@ def test_mode_switch_only_in_safe_state_and_sysid_limits_are_tighter():
     assert out.position[0] == pytest.approx(0.1)
 
 
-def sysid_rig(**over):
-    """A Rig forwarding sysid at the lowest stage (estop, select, reset)."""
+def sysid_rig(promote=0, **over):
+    """A Rig forwarding sysid (estop, select, reset), after `promote` policy promotions."""
     r = Rig(**{'sysid.limit_scale': 0.5, 'max_target_rate': [1e3, 1e3], **over})
     r.step()
+    for _ in range(promote):
+        assert r.sup.advance_stage(r.t)[0]
     r.sup.estop('switch', r.t)
     assert r.sup.select_mode('sysid', r.t)[0]
     r.t += 0.002
@@ -468,8 +540,9 @@ def test_stage_scales_the_policy_but_not_the_sysid_limits():
 
 
 def test_sysid_faults_are_counted_but_do_not_demote_the_policy_stage():
-    r = sysid_rig(stages=[0.5, 1.0], stage_dwell_s=[0.0])
-    assert r.sup.advance_stage(r.t)[0] and r.sup.stage.scale == 1.0
+    r = sysid_rig(promote=1, stages=[0.25, 0.5, 1.0], stage_dwell_s=[0.0])
+    assert r.sup.stage.scale == 0.5
+    assert 'SysID' in r.sup.advance_stage(r.t)[1]   # no stage is earned in SysID mode
     r.t += 0.002
     r.state()
     r.cmd(pos=(0.9, 0.0), source='sysid')          # clipped
@@ -481,9 +554,9 @@ def test_sysid_faults_are_counted_but_do_not_demote_the_policy_stage():
     s = r.sup.status(r.t)
     assert s['clipped_outputs'] == 1 and s['rejected']['sysid'] == 1
     assert s['inputs']['sysid']['watchdog_trips'] == 1
-    assert r.sup.stage.scale == 1.0
+    assert r.sup.stage.scale == 0.5
     r.step(dq=(6.0, 0.0), pos=None)                # an automatic trip demotes in any mode
-    assert r.sup.latched and r.sup.stage.scale == 0.5
+    assert r.sup.latched and r.sup.stage.scale == 0.25
 
 
 def test_operator_estop_demotes_only_when_configured():
@@ -518,3 +591,200 @@ def test_watchdog_trip_demotes_stage():
     info = r.sup.status(r.t)['inputs']['policy']
     assert info['watchdog_trips'] == 1
     assert info['trip_past_timeout_ms'] == pytest.approx((0.07 - 0.06) * 1e3)
+
+
+# -- real-robot grade: the holes of issue 13 -------------------------------------------------------
+def test_supervisor_earns_dwell_only_while_forwarding_the_policy_cleanly():
+    r = Rig(stages=[0.5, 1.0], stage_dwell_s=[0.5])
+    for _ in range(500):                     # 1 s of fresh state, no policy command at all
+        r.step(pos=None)
+    ok, why = r.sup.advance_stage(r.t)
+    assert not ok and 'not forwarding the policy cleanly' in why
+    for _ in range(200):                     # 0.4 s forwarded cleanly: not yet
+        assert not r.step().safe
+    assert not r.sup.advance_stage(r.t)[0]
+    for _ in range(60):
+        r.step()
+    assert r.sup.advance_stage(r.t)[0] and r.sup.stage.scale == 1.0
+
+
+def test_implausible_joint_state_is_never_used_and_repeats_trip_a_sensor_fault():
+    r = Rig(max_target_rate=[1e3, 1e3], implausible_trip_count=3)
+    r.step(pos=(0.1, 0.0))
+    ok, why = r.state(q=(40.0, 0.0))        # a glitched sample
+    assert not ok and 'beyond the range' in why
+    r.t += 0.002
+    r.cmd(pos=(0.1, 0.0))
+    out = r.sup.tick(r.t)
+    assert not out.safe and abs(out.position[0]) < 1.0     # computed from the last good state
+    assert r.sup.status(r.t)['implausible_states'] == 1 and not r.sup.latched
+    assert not r.sup.on_joint_state(['a', 'a'], (0.0, 0.0), (0.0, 0.0), r.t, r.t)[0]
+    assert not r.sup.on_joint_state(['a', 'b'], (0.0, 0.0), (0.0, 100.0), r.t, r.t)[0]
+    assert r.sup.latched and 'sensor fault: 3 implausible' in r.sup.cause
+
+
+@pytest.mark.parametrize('q,dq,stamp_dt,why', [
+    ((1.4, 0.0), (0.0, 0.0), 0.002, 'beyond the range'),        # range 1.0 + margin 0.3
+    ((0.0, 0.0), (0.0, 6.5), 0.002, 'state_velocity_factor'),    # 3 x 2 rad/s
+    ((0.05, 0.0), (0.0, 0.0), 0.002, 'jumped'),                 # 6 rad/s x 4 ms = 0.024
+    ((math.nan, 0.0), (0.0, 0.0), 0.002, 'non-finite'),
+])
+def test_each_implausibility_rule(q, dq, stamp_dt, why):
+    r = Rig()
+    r.step()
+    r.t += stamp_dt
+    ok, reason = r.state(q=q, dq=dq)
+    assert not ok and why in reason
+    r.t += 0.05                              # a real move over a longer time is plausible
+    assert r.state(q=(0.2, 0.0))[0]
+    assert not r.sup.on_joint_state(['a'], (0.0,), (0.0,), r.t, r.t)[0]   # b missing
+
+
+def test_position_target_stays_in_range_whatever_the_measured_state():
+    lim = limits(max_target_rate=[1e3, 1e3])
+    out, clips = run(lim, pos=[0.9, 0.0], q=(39.8, 0.0), prev=[np.nan, np.nan], dt=0.02)
+    assert out.position[0] <= 1.0 and clips['position'][0]
+
+
+def test_target_acceleration_is_limited_and_scaled_by_the_stage():
+    lim = limits(max_target_rate=[1e3, 1e3], max_target_accel=[100.0, 100.0],
+                 torque_limit=[1e4, 1e4])
+    prev = np.array([0.0, 0.0])
+    # From rest, 10 ms: the target may reach 100 * 0.01 = 1 rad/s, i.e. move 0.01 rad.
+    out, clips = run(lim, pos=[0.5, 0.0], prev=prev, dt=0.01)
+    assert out.position[0] == pytest.approx(0.01) and clips['acceleration'][0]
+    cmd = validate_command(NAMES, [0.5, 0.0], [], [], lim.names)
+    half, _ = filter_command(lim, 0.5, cmd, np.zeros(2), np.zeros(2), prev, 0.01, np.zeros(2))
+    assert half.position[0] == pytest.approx(0.005)
+    # Moving at 1 rad/s, stopping at once is limited too (the target brakes, no jump).
+    cmd = validate_command(NAMES, [0.0, 0.0], [], [], lim.names)
+    out, clips = filter_command(lim, 1.0, cmd, np.zeros(2), np.zeros(2), prev, 0.002,
+                                np.array([-1.0, 0.0]))
+    assert out.position[0] == pytest.approx(-0.002 + 100 * 0.002 ** 2, abs=1e-9) or \
+        clips['acceleration'][0]
+
+
+def test_supervisor_rate_limits_target_acceleration_across_ticks():
+    r = Rig(max_target_rate=[1e3, 1e3], max_target_accel=[50.0, 50.0], torque_limit=[1e3, 1e3])
+    r.step()
+    positions = []
+    for _ in range(20):
+        positions.append(r.step(pos=(0.8, 0.0)).position[0])
+    rates = np.diff([0.0] + positions) / 0.002
+    assert np.all(np.abs(np.diff(rates)) <= 50.0 * 0.002 * 1.01 + 1e-9)
+    assert r.sup.status(r.t)['clips']['acceleration']['a'] > 0
+
+
+def test_late_tick_forwards_nothing_computed_from_old_state_and_is_counted():
+    r = Rig()
+    wall = 100.0
+    for _ in range(3):
+        r.t += 0.002
+        wall += 0.002
+        r.state()
+        r.cmd()
+        assert not r.sup.tick(r.t, wall=wall).safe
+    r.t += 0.002
+    wall += 0.030                            # the process was not scheduled for 30 ms
+    out = r.sup.tick(r.t, wall=wall)
+    assert out.safe and 'late' in out.reason
+    assert r.sup.status(r.t)['late_ticks'] == 1 and not r.sup.latched
+    r.t += 0.002
+    wall += 0.002
+    r.state()
+    r.cmd()
+    assert not r.sup.tick(r.t, wall=wall).safe   # on time again: forwarding resumes
+
+
+def test_clock_going_back_or_jumping_forward_is_an_estop():
+    r = Rig()
+    r.step()
+    r.sup.tick(r.t - 0.5)
+    assert r.sup.latched and 'clock went back' in r.sup.cause
+    r2 = Rig()
+    r2.step()
+    r2.sup.clock_jump(0.01, r2.t)             # a small forward step: ignored
+    assert not r2.sup.latched
+    r2.sup.clock_jump(3.0, r2.t)
+    assert r2.sup.latched and 'clock jumped forward' in r2.sup.cause
+    assert r2.sup.status(r2.t)['clock_jumps'] == 1
+
+
+def test_sysid_path_is_granted_to_one_experiment_at_a_time():
+    r = Rig(sysid_release_s=0.5)
+    r.step()
+    ok = r.sup.on_command('sysid', NAMES, (0.0, 0.0), (), (), r.t, r.t, sender='friction_id')
+    assert ok[0] and r.sup.sysid_owner == 'friction_id'
+    for _ in range(20):                      # never a trip: another node's mistake
+        ok, why = r.sup.on_command('sysid', NAMES, (0.0, 0.0), (), (), r.t, r.t,
+                                   sender='inertia_id')
+        assert not ok and "granted to 'friction_id'" in why
+    assert not r.sup.latched and r.sup.status(r.t)['foreign_sysid'] == 20
+    r.t += 0.6                               # the owner fell silent: released
+    assert r.sup.on_command('sysid', NAMES, (0.0, 0.0), (), (), r.t, r.t,
+                            sender='inertia_id')[0]
+    assert r.sup.sysid_owner == 'inertia_id'
+
+
+def test_select_sysid_needs_a_safe_output_and_reset_needs_no_source_command():
+    r = Rig()
+    r.step()
+    ok, why = r.sup.select_mode('sysid', r.t)
+    assert not ok and 'safe state' in why
+    for _ in range(40):                      # the policy stops: its output goes safe
+        r.step(pos=None)
+    assert r.sup.select_mode('sysid', r.t)[0]
+    r.sup.estop('operator', r.t)
+    r.step(pos=None)
+    ok, why = r.sup.reset(r.t)               # no sysid command yet: allowed, output stays safe
+    assert ok and 'once it sends fresh commands' in why
+    assert r.step(pos=None).safe
+
+
+def test_recovery_from_a_stale_policy_goes_through_the_reset_checks():
+    r = Rig()
+    r.step()
+    for _ in range(40):                      # stale beyond its timeout: safe mode
+        out = r.step(pos=None)
+    assert is_damping(out) and not r.sup.latched
+    out = r.step(pos=(0.5, 0.0))             # back, but far from the state
+    assert out.safe and 'reset_tolerance' in out.reason
+    out = r.step(pos=(0.05, 0.0))
+    assert not out.safe
+    out = r.step(pos=(0.5, 0.0))             # once forwarding, the limits do the rest
+    assert not out.safe
+
+
+def test_stale_policy_holds_the_last_target_for_the_grace_then_damps():
+    r = Rig(stale_hold_s=0.1, stage_dwell_s=[0.0], stages=[0.5, 1.0])
+    for _ in range(5):
+        r.step(pos=(0.05, 0.0))
+    assert r.sup.advance_stage(r.t)[0]
+    held = None
+    for _ in range(50):                      # 100 ms without a policy command
+        out = r.step(pos=None, q=(0.04, 0.0))
+        if out.safe and out.position is not None:
+            held = out
+    assert held is not None and held.position[0] == pytest.approx(0.05)
+    assert r.sup.status(r.t)['grace_holds'] == 1
+    assert r.sup.stage.scale == 1.0          # a brief hiccup within the grace: no demotion
+    for _ in range(40):                      # stale at 60 ms + 100 ms of grace: over
+        out = r.step(pos=None, q=(0.04, 0.0))
+    assert is_damping(out) and r.sup.stage.scale == 0.5
+
+
+def test_policy_back_within_the_grace_is_forwarded_at_once():
+    r = Rig(stale_hold_s=0.2)
+    r.step(pos=(0.05, 0.0))
+    for _ in range(40):
+        r.step(pos=None)
+    out = r.step(pos=(0.09, 0.0))
+    assert not out.safe                      # no reset checks inside the grace
+
+
+def test_hold_safe_mode_is_not_capped_by_a_low_stage():
+    r = Rig(safe_mode='hold', stages=[0.1, 1.0])
+    r.step(q=(0.3, 0.0))
+    r.sup.estop('drill', r.t)
+    out = r.step(q=(0.1, 0.0), pos=None)     # sagging 0.2 rad: the hold pulls with up to 20 N*m
+    assert out.safe and out.position[0] == pytest.approx(0.3)

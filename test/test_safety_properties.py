@@ -193,6 +193,11 @@ event_st = st.one_of(
     st.tuples(st.just('state'), st.lists(st.floats(-1, 1), min_size=3, max_size=3),
               st.lists(st.floats(-1, 1), min_size=3, max_size=3)),
     st.tuples(st.just('tick'), st.sampled_from([0.001, 0.002, 0.002, 0.01, 0.2])),
+    # Glitched measurements: wild values, duplicated, missing or shuffled names.
+    st.tuples(st.just('raw_state'),
+              st.sampled_from([SUP_NAMES, ['j0', 'j0', 'j1'], ['j0', 'j1'], ['j2', 'j0', 'j1'],
+                               ['j0', 'j1', 'j2', 'j2']]),
+              st.lists(wild, min_size=2, max_size=4), st.lists(wild, min_size=2, max_size=4)),
     # A healthy control cycle (fresh state, fresh command, tick): reaches forwarding.
     st.tuples(st.just('cycle'), st.lists(st.floats(-1, 1), min_size=3, max_size=3),
               st.lists(st.floats(-2, 2), min_size=3, max_size=3)),
@@ -229,8 +234,17 @@ def supervisor_property(events):
         else:
             expanded.append(ev)
     for ev in expanded:
-        if ev[0] == 'state':
-            sup.on_joint_state(SUP_NAMES, ev[1], ev[2], t, t)
+        if ev[0] in ('state', 'raw_state'):
+            names, pos, vel = (SUP_NAMES, ev[1], ev[2]) if ev[0] == 'state' else ev[1:]
+            sup.on_joint_state(names, pos, vel, t, t)
+            STATS['states'] = STATS.get('states', 0) + 1
+            # An implausible sample is never taken as the state targets are computed from.
+            if sup.q is not None:
+                lim, c = sup.cfg.limits, sup.cfg
+                assert np.all(np.isfinite(sup.q)) and np.all(np.isfinite(sup.dq))
+                assert np.all(sup.q >= lim.position_lower - c.state_position_margin - 1e-12)
+                assert np.all(sup.q <= lim.position_upper + c.state_position_margin + 1e-12)
+                assert np.all(np.abs(sup.dq) <= lim.velocity_limit * c.state_velocity_factor)
         elif ev[0] == 'command':
             _, source, names, pos, vel, eff = ev
             sup.on_command(source, list(names)[:max(len(pos), len(vel), len(eff), 1)], pos, vel,

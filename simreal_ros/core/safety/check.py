@@ -46,8 +46,21 @@ def _violations(limits, scale, cmd, out, q, dq, previous_target, dt):
     tau = implied_torque(limits, out, q, dq)
     outside = ~((tau >= lo - _tol(lo)) & (tau <= hi + _tol(hi)))  # NaN counts as outside
     has_p = out.position is not None
+    p_lo, p_hi = limits.position_lower[i], limits.position_upper[i]
+    if has_p:
+        beyond = (out.position < p_lo - _tol(p_lo)) | (out.position > p_hi + _tol(p_hi))
+        for j in np.flatnonzero(beyond):
+            bad.append(f'joint {i[j]}: target {out.position[j]:.6g} outside the position range '
+                       f'[{p_lo[j]:.6g}, {p_hi[j]:.6g}]')
+        # The range wins over the torque rule: where the torque-limited target lies beyond a
+        # bound, the target sits at that bound (and the other knobs must do what they can).
+        at_lo = np.isclose(out.position, p_lo, rtol=1e-9, atol=1e-12) & (tau > hi)
+        at_hi = np.isclose(out.position, p_hi, rtol=1e-9, atol=1e-12) & (tau < lo)
+        range_bound = (at_lo | at_hi) & (kp > 0)
+    else:
+        range_bound = np.zeros(i.size, dtype=bool)
     for j in np.flatnonzero(outside):
-        if has_p and kp[j] > 0:
+        if has_p and kp[j] > 0 and not range_bound[j]:
             bad.append(f'joint {i[j]}: implied torque {tau[j]:.6g} outside '
                        f'[{lo[j]:.6g}, {hi[j]:.6g}]')
             continue
@@ -70,8 +83,9 @@ def _violations(limits, scale, cmd, out, q, dq, previous_target, dt):
         f_lo = np.maximum(limits.position_lower[i], prev - step)
         f_hi = np.minimum(limits.position_upper[i], prev + step)
         empty = f_lo > f_hi
-        # Rate window entirely outside the soft range: its point nearest the range.
-        near = np.where(prev + step < limits.position_lower[i], prev + step, prev - step)
+        # Rate window entirely outside the soft range: the range wins, at its nearest bound.
+        near = np.where(prev + step < limits.position_lower[i], limits.position_lower[i],
+                        limits.position_upper[i])
         f_lo = np.where(empty, near, f_lo)
         f_hi = np.where(empty, near, f_hi)
         rest = implied_torque(limits, out, q, dq) - np.where(kp > 0, kp * (p - q[i]), 0.0)
@@ -86,7 +100,7 @@ def _violations(limits, scale, cmd, out, q, dq, previous_target, dt):
                            f'[{f_lo[j]:.6g}, {f_hi[j]:.6g}]')
                 continue
             forced = t_hi[j] < f_lo[j] or t_lo[j] > f_hi[j]
-            endpoint = t_hi[j] if t_hi[j] < f_lo[j] else t_lo[j]
+            endpoint = min(max(t_hi[j] if t_hi[j] < f_lo[j] else t_lo[j], p_lo[j]), p_hi[j])
             if not forced or abs(p[j] - endpoint) > 1e-7 + 1e-9 * abs(endpoint):
                 bad.append(f'joint {i[j]}: target {p[j]:.6g} outside the soft/rate window '
                            f'[{f_lo[j]:.6g}, {f_hi[j]:.6g}] without the torque limit forcing it')

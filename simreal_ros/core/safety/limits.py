@@ -17,15 +17,22 @@ field at all. A rejected command is never forwarded, not even partly.
 1. position targets into the soft limits `[position_lower, position_upper]`;
 2. position target changes to `max_target_rate * scale * dt` from the previous output target
    (from the measured position when there is none); the supervisor's dt is the time since
-   that target last moved, capped by the source's timeout (`Supervisor.rate_dt`);
+   that target last moved, capped by the source's timeout (`Supervisor.rate_dt`); and the
+   target's rate of change may differ from the previous one (the measured velocity when there
+   is none) by at most `max_target_accel * scale * dt`, braking in time so the target does not
+   pass the command (an acceleration limit, counted as `acceleration`);
 3. velocity targets to `+-velocity_limit * scale`, feed-forward effort to `+-torque_limit * scale`;
 4. the torque the command implies (the formula above, with the measured q, dq) into
    `+-torque_limit * scale`, by moving the position target (or, without one, the velocity target,
    then the effort); when a joint moves faster than `velocity_limit * scale`, the implied torque
    may only brake it (a velocity clip).
 
-The torque rule wins over the position and rate rules: a target is never left where it would
-push harder than the torque limit. Every clip is counted per joint and kind (`KINDS`).
+5. the position target, last, into the soft limits again, whatever the measured state: a
+   glitched or out-of-range measurement can never drag a target outside the range.
+
+The torque rule wins over the rate rules: a target is never left where it would push harder
+than the torque limit, unless the measured state is outside the position range, where the
+range wins (rule 5). Every clip is counted per joint and kind (`KINDS`).
 """
 from dataclasses import dataclass
 
@@ -33,10 +40,11 @@ import numpy as np
 
 from simreal_ros.core.config import ConfigError
 
-KINDS = ('position', 'rate', 'velocity', 'torque')
+KINDS = ('position', 'rate', 'acceleration', 'velocity', 'torque')
 MIN_GAIN = 1e-6  # a PD gain is either 0 (absent) or at least this (a usable knob)
 LIMIT_KEYS = ('kp', 'kd', 'position_lower', 'position_upper', 'velocity_limit', 'torque_limit',
               'max_target_rate')
+OPTIONAL_KEYS = ('max_target_accel',)   # absent or empty: no acceleration limit (inf)
 
 
 class Rejected(ValueError):
@@ -55,6 +63,11 @@ class Limits:
     velocity_limit: np.ndarray
     torque_limit: np.ndarray
     max_target_rate: np.ndarray
+    max_target_accel: np.ndarray = None   # rad/s^2 per joint; inf = off
+
+    def __post_init__(self):
+        if self.max_target_accel is None:
+            object.__setattr__(self, 'max_target_accel', np.full(len(self.names), np.inf))
 
     @classmethod
     def from_mapping(cls, names, data, source='safety_supervisor'):
@@ -78,6 +91,15 @@ class Limits:
             if not np.all(np.isfinite(arr)):
                 raise ConfigError(f'{source}.{key} must be finite, got {arr.tolist()}')
             values[key] = arr
+        accel = data.get('max_target_accel')
+        if accel is not None and len(np.atleast_1d(accel)) > 0:
+            arr = np.asarray(accel, dtype=float).reshape(-1)
+            if arr.size == 1:
+                arr = np.full(len(names), float(arr[0]))
+            if arr.size != len(names) or np.any(np.isnan(arr)) or np.any(arr <= 0):
+                raise ConfigError(f'{source}.max_target_accel needs one value > 0 per joint '
+                                  f'({len(names)} joints), got {arr.tolist()}')
+            values['max_target_accel'] = arr
         for key in ('kp', 'kd'):
             v = values[key]
             if np.any(v < 0) or np.any((v > 0) & (v < MIN_GAIN)):
@@ -97,7 +119,7 @@ class Limits:
         out = {}
         n = len(self.names)
         for key in ('position_lower', 'position_upper', 'velocity_limit', 'torque_limit',
-                    'max_target_rate'):
+                    'max_target_rate', 'max_target_accel'):
             own = getattr(self, key)
             value = data.get(key)
             if value is None or len(np.atleast_1d(value)) == 0:
@@ -109,6 +131,8 @@ class Limits:
             if arr.size != n or not np.all(np.isfinite(arr)):
                 raise ConfigError(f'{source}.{key}: expected {n} finite values, got '
                                   f'{arr.tolist()}')
+            if key == 'max_target_accel' and np.any(arr <= 0):
+                raise ConfigError(f'{source}.{key} must be > 0, got {arr.tolist()}')
             out[key] = np.maximum(own, arr) if key == 'position_lower' else np.minimum(own, arr)
         if np.any(out['position_lower'] >= out['position_upper']):
             raise ConfigError(f'{source}: the position range does not overlap the main limits')
@@ -122,7 +146,7 @@ class Limits:
         """Return these limits with velocity, torque and rate multiplied by factor (0, 1]."""
         return Limits(self.names, self.kp, self.kd, self.position_lower, self.position_upper,
                       self.velocity_limit * factor, self.torque_limit * factor,
-                      self.max_target_rate * factor)
+                      self.max_target_rate * factor, self.max_target_accel * factor)
 
 
 @dataclass
@@ -198,12 +222,14 @@ def torque_window(limits, scale, index, dq):
     return lo, hi
 
 
-def filter_command(limits, scale, cmd, q, dq, previous_target, dt):
+def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate=None):
     """Return (safe command, clips) for a validated command at state (q, dq).
 
     `previous_target` holds the last forwarded position target per joint (NaN = none, then the
     rate limit starts from the measured position); `dt` (s, one value or one per robot joint)
-    is how long the rate limit may move it for.
+    is how long the rate limit may move it for; `previous_rate` (per robot joint, NaN or None =
+    unknown: the measured velocity) is the target's last rate of change, for the
+    acceleration limit.
     `clips` maps each kind in KINDS to a bool array over cmd.index (True = clipped).
     """
     if not 0.0 < scale <= 1.0:
@@ -241,9 +267,24 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt):
         prev = np.where(np.isfinite(prev), prev, qi)
         dt = np.asarray(dt, dtype=float)
         dt = np.maximum(dt[i] if dt.ndim else dt, 0.0)
-        step = limits.max_target_rate[i] * scale * dt
+        rmax = limits.max_target_rate[i] * scale
+        step = rmax * dt
         r = np.clip(p, prev - step, prev + step)
         clips['rate'] |= r != p
+        amax = limits.max_target_accel[i] * scale
+        limited = np.isfinite(amax) & (dt > 0)
+        if np.any(limited):
+            r0 = dqi if previous_rate is None else np.where(
+                np.isfinite(previous_rate[i]), previous_rate[i], dqi)
+            with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+                want = np.where(limited, (r - prev) / np.where(dt > 0, dt, 1.0), 0.0)
+                # Brake in time: no faster towards the command than sqrt(2 a d).
+                vcap = np.sqrt(2.0 * amax * np.abs(p - prev))
+                want = np.clip(want, -vcap, vcap)
+                v = np.clip(np.clip(want, r0 - amax * dt, r0 + amax * dt), -rmax, rmax)
+                a = np.where(limited, prev + v * dt, r)
+            clips['acceleration'] |= limited & (np.abs(a - r) > 1e-12)
+            r = np.where(limited, a, r)
         out.position = r
         # Torque rule through the position target, where kp > 0.
         v_t = out.velocity if out.velocity is not None else 0.0
@@ -263,6 +304,14 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt):
         remaining = np.ones(n, dtype=bool)
     if np.any(remaining):
         _limit_without_position(out, remaining, kd, qi, dqi, kp, lo, hi, vmax, tmax, note_torque)
+    if out.position is not None:   # rule 5: the range, whatever the measured state
+        p = np.clip(out.position, limits.position_lower[i], limits.position_upper[i])
+        moved = p != out.position
+        clips['position'] |= moved
+        out.position = p
+        if np.any(moved):           # the other knobs then do what they can for the torque
+            _limit_without_position(out, moved, kd, qi, dqi, kp, lo, hi, vmax, tmax,
+                                    note_torque)
     for key in ('position', 'velocity', 'effort'):
         value = getattr(out, key)
         if value is not None and not np.all(np.isfinite(value)):

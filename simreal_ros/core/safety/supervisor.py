@@ -5,27 +5,49 @@ mode (which command source is forwarded). The `safety_supervisor` node feeds it 
 arrays and publishes what `tick()` returns. All times are seconds on one clock (ROS time in the
 node, so sim time works).
 
+Measured state is checked before it is used (`on_joint_state`): a sample with a duplicated
+name, a missing joint, a non-finite value, a position outside the soft range by more than
+`state_position_margin`, a velocity beyond `state_velocity_factor` times its limit, or a
+position that moved further since the last accepted sample than that velocity allows, is
+implausible: it is counted and never used, and `implausible_trip_count` of them in a row is a
+sensor fault (e-stop, cause named).
+
 Rules, in the order a tick applies them:
 
-1. no fresh `joint_states` yet -> no output at all (`waiting`); an e-stop still latches.
-2. automatic e-stop trips (latched): `joint_states` stale (header stamp or arrival older than
+1. ROS time going back (a second /clock, a stepped system clock) -> e-stop, cause named.
+2. no fresh `joint_states` yet -> no output at all (`waiting`); an e-stop still latches.
+3. automatic e-stop trips (latched): `joint_states` stale (header stamp or arrival older than
    its timeout), `imu` stale or base tilt beyond `max_tilt_rad` (floating base), a joint faster
    than its `trip_velocity`, `reject_trip_count` rejected commands in a row from the selected
-   source.
-3. e-stop latched -> the safe mode output (`damping`: kp=0, kd>0, i.e. no positions and zero
-   velocity targets; `hold`: the position at the trip; `zero_torque`: zero effort).
-4. the selected source (`policy` or `sysid`) never sent a command or is stale -> safe mode
-   output, not latched: forwarding resumes when fresh commands arrive (the rate limit then
-   starts from the measured position).
-5. otherwise its latest command is filtered (limits.filter_command) with the current state and
+   source, `implausible_trip_count` implausible samples in a row.
+4. e-stop latched -> the safe mode output (`damping`: kp=0, kd>0, i.e. no positions and zero
+   velocity targets; `hold`: the position at the trip, at the full torque limit whatever the
+   stage; `zero_torque`: zero effort).
+5. not forwarding, not latched: the selected source (`policy` or `sysid`) never sent a
+   command or is stale, the tick itself came more than `late_tick_periods` late (a stalled
+   process: its state may be old), or forwarding would start (first command, or after a
+   safe spell) with a command that fails the reset checks (`reset_tolerance`,
+   `reset_velocity_tolerance`). The output is the safe sequence: for `stale_hold_s` after the
+   last forwarded output the policy's last target is held (re-filtered with the new state; a
+   walking robot keeps its stance through a brief hiccup: `grace_holds` counts it), then the
+   safe mode output. Forwarding resumes when a fresh command arrives; after the safe mode
+   output it must pass the reset checks first.
+6. otherwise its latest command is filtered (limits.filter_command) with the current state and
    the source's scale; every clip is counted.
 
 Stages measure trust in the policy: the stage scale applies to `policy` commands, and limit
-hits, stale or rejected commands of the policy are stage faults. `sysid` commands are designed
+hits, stale (beyond the hold grace) or rejected commands of the policy are stage faults. Clean
+dwell accrues only on ticks that forward the policy without a clip. `sysid` commands are designed
 experiments inside their own, tighter limits (`sysid.*`), applied unscaled; their clips and
 rejects are counted and reported but do not demote the policy's stage. Automatic e-stops
 (joint_states stale, velocity or tilt trips, repeated rejects) are faults of the robot and
 demote in either mode; an operator's e-stop demotes only when `demote_on` lists `operator`.
+
+The SysID path is granted to one experiment at a time: SysID commands carry their node's name
+in `header.frame_id`; the first sender holds the grant until its commands have been stale for
+`sysid_release_s` or the mode goes back to `policy`, and commands of any other sender are
+rejected (counted as `foreign_sysid`, never forwarded, not an e-stop: another node's mistake is
+not the running experiment's fault).
 """
 from dataclasses import dataclass, field
 import math
@@ -147,8 +169,15 @@ class SupervisorConfig:
     use_imu: bool = False
     max_tilt_rad: float = 0.0
     reset_tolerance: float = 0.1
+    reset_velocity_tolerance: float = 0.5
     reject_trip_count: int = 10
     mode: str = 'policy'
+    state_position_margin: float = 0.3
+    state_velocity_factor: float = 3.0
+    implausible_trip_count: int = 5
+    late_tick_periods: float = 5.0
+    stale_hold_s: float = 0.0
+    sysid_release_s: float = 1.0
 
     @classmethod
     def from_params(cls, p, source='safety_supervisor'):
@@ -156,14 +185,15 @@ class SupervisorConfig:
         names = list(p.get('joint_names') or [])
         limits = Limits.from_mapping(names, {k: p.get(k) for k in (
             'kp', 'kd', 'position_lower', 'position_upper', 'velocity_limit', 'torque_limit',
-            'max_target_rate')}, source)
+            'max_target_rate', 'max_target_accel')}, source)
         scale = float(p.get('sysid.limit_scale', 0.5))
         if not 0.0 < scale <= 1.0:
             raise ConfigError(f'{source}.sysid.limit_scale must be in (0, 1], got {scale}')
         sysid = limits.scaled_speed(scale).tightened(
             {k: p.get('sysid.' + k) for k in ('position_lower', 'position_upper',
                                               'velocity_limit', 'torque_limit',
-                                              'max_target_rate')}, source + '.sysid')
+                                              'max_target_rate', 'max_target_accel')},
+            source + '.sysid')
         trip = _per_joint(p, 'trip_velocity', len(names), source)
         safe_mode = p.get('safe_mode', 'damping')
         if safe_mode not in SAFE_MODES:
@@ -185,6 +215,18 @@ class SupervisorConfig:
         rate = float(p.get('rate_hz', 500.0))
         if not rate > 0:
             raise ConfigError(f'{source}.rate_hz must be > 0, got {rate}')
+        extra = {}
+        for key, low, cast in (('state_position_margin', 0.0, float),
+                               ('state_velocity_factor', 1.0, float),
+                               ('implausible_trip_count', 1, int),
+                               ('late_tick_periods', 1.0, float),
+                               ('stale_hold_s', 0.0, float),
+                               ('sysid_release_s', 0.0, float),
+                               ('reset_velocity_tolerance', 0.0, float)):
+            value = cast(p.get(key, cls.__dataclass_fields__[key].default))
+            if not (math.isfinite(value) and value >= low):
+                raise ConfigError(f'{source}.{key} must be >= {low}, got {value}')
+            extra[key] = value
         return cls(limits=limits, sysid_limits=sysid, trip_velocity=trip, period_s=1.0 / rate,
                    stages=tuple(p.get('stages') or DEFAULT_STAGES),
                    stage_dwell_s=tuple(p.get('stage_dwell_s') or (5.0,)),
@@ -196,7 +238,7 @@ class SupervisorConfig:
                    use_imu=bool(p.get('use_imu', False)),
                    max_tilt_rad=float(p.get('max_tilt_rad', 0.0)),
                    reset_tolerance=float(p.get('reset_tolerance', 0.1)),
-                   reject_trip_count=int(p.get('reject_trip_count', 10)), mode=mode)
+                   reject_trip_count=int(p.get('reject_trip_count', 10)), mode=mode, **extra)
 
 
 def tilt_of(quaternion_wxyz):
@@ -216,15 +258,19 @@ class Supervisor:
         self.n = len(self.names)
         self.stage = StageMachine(cfg.stages, cfg.stage_dwell_s, now, cfg.auto_advance,
                                   cfg.demote_on, cfg.demote_holdoff_s,
-                                  cfg.stage_file or None, cfg.resume_stage)
+                                  cfg.stage_file or None, cfg.resume_stage,
+                                  max_accrue_step_s=cfg.timeouts['policy'],
+                                  write_through=False)
         self.limits = {'policy': cfg.limits, 'sysid': cfg.sysid_limits}
         self.dogs = {k: Watchdog(k, cfg.timeouts[k], cfg.check_stamps) for k in INPUTS}
         self.mode = cfg.mode
         self.q = None
         self.dq = None
+        self.state_stamp = None
         self.tilt = 0.0
         self.commands = {s: None for s in SOURCES}
         self.previous_target = np.full(self.n, np.nan)
+        self.previous_rate = np.full(self.n, np.nan)    # the target's last rate of change
         self.target_changed = np.full(self.n, np.nan)   # when each previous_target last moved
         self.latched = False
         self.cause = ''
@@ -236,43 +282,101 @@ class Supervisor:
         self.rejected_in_row = {s: 0 for s in SOURCES}
         self.last_reject = ''
         self.state_rejected = 0
+        self.implausible = 0
+        self.implausible_in_row = 0
+        self.last_implausible = ''
         self.estops = 0
         self.ticks = 0
         self.outputs = 0
+        self.late_ticks = 0
+        self.max_tick_gap = 0.0
+        self.clock_jumps = 0
+        self.grace_holds = 0
+        self.foreign_sysid = 0
+        self.sysid_owner = None
+        self.sysid_owner_seen = None
+        self.recover = True          # the next forwarding must pass the reset checks
+        self.last_forward = None     # (time, Command) of the last forwarded output
+        self.spell = None            # the current not-forwarding spell: {'since', 'hold', ...}
+        self._last_now = None
+        self._last_wall = None
         self.events = []  # (time, text) for the operator log; the node drains it
+        for text in self.stage.warnings:
+            self.events.append((now, f'WARNING: {text}'))
 
     # -- inputs -------------------------------------------------------------------------------
     def on_joint_state(self, names, position, velocity, stamp, now):
-        """Take a joint state (all supervised joints, finite); return (ok, reason)."""
-        lookup = {str(n): i for i, n in enumerate(names)}
-        missing = [n for n in self.names if n not in lookup]
-        position = np.asarray(position, dtype=float).reshape(-1)
-        velocity = np.asarray(velocity, dtype=float).reshape(-1)
-        reason = None
-        if missing:
-            reason = f'joint_states lacks {missing}'
-        elif position.size != len(names) or velocity.size != len(names):
-            reason = (f'joint_states needs position and velocity for every name '
-                      f'({len(names)} names, {position.size} positions, '
-                      f'{velocity.size} velocities)')
-        if reason is None:
-            idx = [lookup[n] for n in self.names]
-            q, dq = position[idx], velocity[idx]
-            if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
-                reason = 'joint_states has non-finite values'
-        dog = self.dogs['joint_states']
-        if reason is None and self.q is None and dog.check_stamp and \
-                abs(now - stamp) > dog.timeout:
-            # Supervision starts with a fresh reading; an old one delivered at start-up (DDS
-            # matching, a slow first tick) is not a stream that stopped.
-            reason = (f'joint_states at start-up is {(now - stamp) * 1e3:.0f} ms old (timeout '
-                      f'{dog.timeout * 1e3:.0f} ms); waiting for a fresh one')
+        """Take a joint state; return (ok, reason). An implausible one is never used."""
+        reason, implausible = self._check_state(names, position, velocity, stamp, now)
         if reason is not None:
             self.state_rejected += 1
+            if implausible:
+                self.implausible += 1
+                self.implausible_in_row += 1
+                self.last_implausible = reason
+                if (self.implausible_in_row >= self.cfg.implausible_trip_count
+                        and not self.latched):
+                    self._trip(f'sensor fault: {self.implausible_in_row} implausible '
+                               f'joint_states in a row (last: {reason})', now)
             return False, reason
-        self.q, self.dq = q, dq
-        dog.feed(stamp, now)
+        self.implausible_in_row = 0
+        self.q, self.dq = self._q, self._dq
+        self.state_stamp = float(stamp)
+        self.dogs['joint_states'].feed(stamp, now)
         return True, ''
+
+    def _check_state(self, names, position, velocity, stamp, now):
+        """Return (reason or None, implausible?) and set self._q, self._dq when usable."""
+        names = [str(n) for n in names]
+        position = np.asarray(position, dtype=float).reshape(-1)
+        velocity = np.asarray(velocity, dtype=float).reshape(-1)
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            return f'joint_states names {dup} more than once', True
+        lookup = {n: i for i, n in enumerate(names)}
+        missing = [n for n in self.names if n not in lookup]
+        if missing:
+            return f'joint_states lacks {missing}', True
+        if position.size != len(names) or velocity.size != len(names):
+            return (f'joint_states needs position and velocity for every name '
+                    f'({len(names)} names, {position.size} positions, '
+                    f'{velocity.size} velocities)'), True
+        idx = [lookup[n] for n in self.names]
+        q, dq = position[idx], velocity[idx]
+        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
+            return 'joint_states has non-finite values', True
+        lim = self.cfg.limits
+        margin = self.cfg.state_position_margin
+        out = (q < lim.position_lower - margin) | (q > lim.position_upper + margin)
+        if np.any(out):
+            return (f'joint_states position of {self._names(out)} '
+                    f'{q[out].round(3).tolist()} rad is beyond the range by more than '
+                    f'state_position_margin {margin} rad'), True
+        vmax = lim.velocity_limit * self.cfg.state_velocity_factor
+        fast = np.abs(dq) > vmax
+        if np.any(fast):
+            return (f'joint_states velocity of {self._names(fast)} '
+                    f'{dq[fast].round(2).tolist()} rad/s is beyond state_velocity_factor x '
+                    f'velocity_limit'), True
+        dog = self.dogs['joint_states']
+        if self.q is not None:
+            dt = max(abs(float(stamp) - self.state_stamp) if self.cfg.check_stamps
+                     else float(now) - dog.arrival, 0.0)
+            # As far as the fastest plausible velocity moves a joint in the time between the
+            # samples, plus one period of it (a sample is taken at some instant of its period).
+            reach = vmax * (dt + self.cfg.period_s)
+            jump = np.abs(q - self.q) > reach
+            if np.any(jump):
+                return (f'joint_states position of {self._names(jump)} jumped '
+                        f'{np.abs(q - self.q)[jump].round(3).tolist()} rad in '
+                        f'{dt * 1e3:.1f} ms, further than the joint can move'), True
+        if self.q is None and dog.check_stamp and abs(now - stamp) > dog.timeout:
+            # Supervision starts with a fresh reading; an old one delivered at start-up (DDS
+            # matching, a slow first tick) is not a stream that stopped.
+            return (f'joint_states at start-up is {(now - stamp) * 1e3:.0f} ms old (timeout '
+                    f'{dog.timeout * 1e3:.0f} ms); waiting for a fresh one'), False
+        self._q, self._dq = q, dq
+        return None, False
 
     def on_imu(self, orientation_wxyz, stamp, now):
         """Take the base orientation (w, x, y, z); return (ok, reason)."""
@@ -288,8 +392,17 @@ class Supervisor:
         dog.feed(stamp, now)
         return True, ''
 
-    def on_command(self, source, names, position, velocity, effort, stamp, now):
-        """Validate a command of `source`; keep it when valid. Return (ok, reason)."""
+    def on_command(self, source, names, position, velocity, effort, stamp, now, sender=''):
+        """Validate a command of `source`; keep it when valid. Return (ok, reason).
+
+        `sender` names the node (header.frame_id): the SysID path is granted to one sender.
+        """
+        if source == 'sysid':
+            foreign = self._sysid_grant(str(sender), now)
+            if foreign:
+                self.foreign_sysid += 1
+                self.last_reject = f'sysid/command from {sender!r}: {foreign}'
+                return False, foreign
         try:
             cmd = validate_command(names, position, velocity, effort, self.names)
         except Rejected as exc:
@@ -309,75 +422,150 @@ class Supervisor:
         self.dogs[source].feed(stamp, now)
         return True, ''
 
+    def _sysid_grant(self, sender, now):
+        """Return why `sender` may not command the SysID path, or None (granted)."""
+        owner = self.sysid_owner
+        if owner is not None and owner != sender:
+            idle = now - self.sysid_owner_seen
+            if idle <= self.cfg.sysid_release_s:
+                return (f'the SysID path is granted to {owner!r} (its last command '
+                        f'{idle * 1e3:.0f} ms ago); one experiment at a time')
+            self.events.append((now, f'sysid grant of {owner!r} released (silent for '
+                                     f'{idle:.1f} s)'))
+            owner = None
+        if owner is None:
+            self.sysid_owner = sender
+            self.events.append((now, f'sysid path granted to {sender!r}'))
+            self.commands['sysid'] = None
+        self.sysid_owner_seen = now
+        return None
+
     # -- operator requests ------------------------------------------------------------------
     def estop(self, cause, now):
         """Latch the e-stop now and return the safe output to send at once."""
         self._trip(cause, now, fault='operator')
         return self.tick(now, count=False)
 
+    def clock_jump(self, delta_s, now):
+        """Note a jump of the node's clock (rclpy jump callback): backward, or forward beyond
+        the shortest watchdog, is a safe-mode cause (e-stop, named)."""
+        if self.q is None:
+            return
+        limit = min(self.cfg.timeouts.values())
+        if delta_s < 0 or delta_s > limit:
+            self.clock_jumps += 1
+            self._trip(f'clock jumped {"back" if delta_s < 0 else "forward"} by '
+                       f'{abs(delta_s) * 1e3:.0f} ms (a second /clock, a restarted simulator '
+                       f'or a stepped system clock)', now)
+
     def reset(self, now):
         """Release the e-stop if inputs are fresh and the command is near the state."""
         if not self.latched:
             return True, 'e-stop is not latched; nothing to reset'
-        problems = self._reset_problems(now)
+        problems = self._reset_problems(now, require_source=False)
         if problems:
             return False, 'reset refused: ' + '; '.join(problems)
         self.latched = False
         self.events.append((now, f'e-stop reset (was: {self.cause})'))
         self.cause = ''
-        self.previous_target[:] = np.nan
+        self._forget_targets()
         self.hold_position = None
+        # The checks just passed with a fresh command: forwarding starts on the next tick.
+        # Without one, the first fresh command must pass them (the output stays safe till then).
+        self.recover = bool(self._reset_problems(now, require_source=True))
         where = (f'stage {self.stage.scale:.2f}' if self.mode == 'policy'
                  else 'its own limits (sysid.*, not scaled by the stage)')
-        return True, f'e-stop reset; forwarding {self.mode} at {where}'
+        fresh = self.dogs[self.mode].stale(now) is None
+        return True, (f'e-stop reset; forwarding {self.mode} at {where}' if fresh else
+                      f'e-stop reset; {self.mode} forwarded at {where} once it sends fresh '
+                      'commands near the state')
 
-    def _reset_problems(self, now):
+    def _reset_problems(self, now, require_source=True):
+        """Return what stands against forwarding the selected source (empty: nothing).
+
+        The same checks guard an operator's reset and every start of forwarding (the first
+        command, or the first after a safe spell): fresh state, joints nearly still, no
+        implausible sample pending, and the latest command near the measured state.
+        """
         problems = []
-        for name in ('joint_states', self.mode) + (('imu',) if self.cfg.use_imu else ()):
+        for name in ('joint_states',) + (('imu',) if self.cfg.use_imu else ()):
             reason = self.dogs[name].stale(now)
             if reason:
                 problems.append(reason)
+        if self.implausible_in_row:
+            problems.append(f'the last joint_states was implausible ({self.last_implausible})')
+        source_reason = self.dogs[self.mode].stale(now)
+        if source_reason and require_source:
+            problems.append(source_reason)
         if self.q is not None:
-            fast = np.abs(self.dq) > self.cfg.trip_velocity
+            tol = self.cfg.reset_velocity_tolerance
+            fast = np.abs(self.dq) > tol
             if np.any(fast):
-                problems.append(f'joints {self._names(fast)} still move faster than '
-                                'trip_velocity')
+                problems.append(f'joints {self._names(fast)} still move '
+                                f'({np.abs(self.dq[fast]).round(2).tolist()} rad/s > '
+                                f'reset_velocity_tolerance {tol} rad/s)')
         if self.cfg.use_imu and self.cfg.max_tilt_rad > 0 and self.tilt > self.cfg.max_tilt_rad:
             problems.append(f'base tilt {math.degrees(self.tilt):.0f} deg exceeds max_tilt_rad')
         cmd = self.commands[self.mode]
-        if cmd is not None and cmd.position is not None and self.q is not None:
-            err = np.abs(cmd.position - self.q[cmd.index])
-            far = err > self.cfg.reset_tolerance
-            if np.any(far):
-                worst = int(np.argmax(err))
-                problems.append(
-                    f'the latest {self.mode} command is {err[worst]:.3f} rad from the measured '
-                    f'position of {self.names[cmd.index[worst]]} (reset_tolerance '
-                    f'{self.cfg.reset_tolerance:.3f} rad); command the current pose first')
+        if cmd is not None and self.q is not None and source_reason is None:
+            if cmd.position is not None:
+                err = np.abs(cmd.position - self.q[cmd.index])
+                far = err > self.cfg.reset_tolerance
+                if np.any(far):
+                    worst = int(np.argmax(err))
+                    problems.append(
+                        f'the latest {self.mode} command is {err[worst]:.3f} rad from the '
+                        f'measured position of {self.names[cmd.index[worst]]} (reset_tolerance '
+                        f'{self.cfg.reset_tolerance:.3f} rad); command the current pose first')
+            if cmd.velocity is not None:
+                verr = np.abs(cmd.velocity - self.dq[cmd.index])
+                tol = self.cfg.reset_velocity_tolerance
+                if np.any(verr > tol):
+                    worst = int(np.argmax(verr))
+                    problems.append(
+                        f'the latest {self.mode} command asks {verr[worst]:.2f} rad/s more than '
+                        f'the measured velocity of {self.names[cmd.index[worst]]} '
+                        f'(reset_velocity_tolerance {tol} rad/s)')
         return problems
 
+    def not_clean(self, now):
+        """Return why the policy is not being forwarded cleanly now, or None."""
+        if self.latched:
+            return f'e-stop latched: {self.cause}'
+        if self.mode != 'policy':
+            return 'in SysID mode'
+        if self.safe_reason:
+            return self.safe_reason
+        return None
+
     def advance_stage(self, now):
-        """Promote one stage when the dwell was clean and no e-stop is latched."""
+        """Promote one stage when the dwell, accrued while forwarding cleanly, is long enough."""
         if self.latched:
             return False, f'e-stop latched ({self.cause}); reset first'
-        ok, msg = self.stage.request_advance(now)
+        ok, msg = self.stage.request_advance(now, self.not_clean(now))
         if ok:
             self.events.append((now, 'stage ' + msg))
         return ok, msg
 
     def select_mode(self, mode, now):
-        """Switch the forwarded source; only while the e-stop is latched (a safe state)."""
+        """Switch the forwarded source; only while nothing is forwarded (a safe state)."""
         if mode not in SOURCES:
             return False, f'unknown mode {mode!r}; use one of {SOURCES}'
         if mode == self.mode:
             return True, f'already forwarding {mode}'
-        if not self.latched:
-            return False, (f'switching {self.mode} -> {mode} needs a safe state: call '
-                           'safety/estop first, then switch, then safety/reset')
+        if not self.latched and not self.safe_reason:
+            return False, (f'switching {self.mode} -> {mode} needs a safe state: stop the '
+                           f'{self.mode} source first (policy_runner/enable false, or '
+                           'safety/estop), then switch')
         old, self.mode = self.mode, mode
-        self.previous_target[:] = np.nan
+        self._forget_targets()
+        self.recover = True
+        if mode == 'policy':
+            self.sysid_owner = None
         self.events.append((now, f'mode {old} -> {mode}'))
-        return True, f'mode {old} -> {mode}; reset the e-stop to start forwarding {mode}'
+        latched = '; reset the e-stop (safety/reset) first' if self.latched else ''
+        return True, (f'mode {old} -> {mode}; {mode} is forwarded once it sends fresh commands '
+                      f'near the state{latched}')
 
     # -- the control tick -------------------------------------------------------------------
     def rate_dt(self, now):
@@ -390,7 +578,7 @@ class Supervisor:
         first after an e-stop, a stale spell or a mode switch) the step is measured from the
         measured position and gets the same cap as a target that stood still: one source
         timeout. The torque limit, which scales with the stage, bounds that first step too,
-        and a reset needs the command near the state in the first place.
+        and forwarding starts only with a command near the state in the first place.
         """
         cap = self.cfg.timeouts[self.mode]
         since = np.clip(now - self.target_changed, 0.0, cap)
@@ -401,10 +589,32 @@ class Supervisor:
         """The limit scale of the selected source: the stage for the policy, 1 for SysID."""
         return self.stage.scale if self.mode == 'policy' else 1.0
 
-    def tick(self, now, count=True):
-        """Return this tick's Output, or None when nothing may be published yet."""
+    def tick(self, now, count=True, wall=None):
+        """Return this tick's Output, or None when nothing may be published yet.
+
+        `wall` (s, a monotonic clock; None = not checked, e.g. on simulated time) lets the
+        supervisor notice its own stalls: a counted tick more than `late_tick_periods` periods
+        after the previous one forwards nothing computed from what may be old state.
+        """
+        late = None
         if count:
             self.ticks += 1
+            if wall is not None:
+                if self._last_wall is not None:
+                    gap = wall - self._last_wall
+                    self.max_tick_gap = max(self.max_tick_gap, gap)
+                    if gap > self.cfg.late_tick_periods * self.cfg.period_s:
+                        self.late_ticks += 1
+                        late = (f'supervisor tick {gap * 1e3:.1f} ms after the previous one '
+                                f'(late_tick_periods {self.cfg.late_tick_periods:g}): the state '
+                                'may be old')
+                        self.events.append((now, late))
+                self._last_wall = wall
+        if self._last_now is not None and now < self._last_now - 1e-6 and self.q is not None:
+            self.clock_jumps += 1
+            self._trip(f'clock went back {(self._last_now - now) * 1e3:.1f} ms (a second '
+                       '/clock, a restarted simulator or a stepped system clock)', now)
+        self._last_now = now if self._last_now is None else max(self._last_now, now)
         waiting = [k for k in ('joint_states', 'imu') if k == 'joint_states' or self.cfg.use_imu
                    if not self.dogs[k].ever]
         if waiting:
@@ -412,6 +622,7 @@ class Supervisor:
             return self._safe_output(now, self.safe_reason) if self.latched else None
         self._check_trips(now)
         if self.latched:
+            self.stage.accrue(now, False)
             return self._safe_output(now, f'e-stop: {self.cause}')
         t = self.stage.update(now)
         if t is not None:
@@ -420,38 +631,107 @@ class Supervisor:
         if stale is not None:
             if newly:
                 self.events.append((now, f'{self.mode} stale -> safe mode: {stale}'))
-                if self.mode == 'policy':
-                    self._stage_fault('watchdog', now, stale)
-            return self._safe_output(now, f'{self.mode} stale: {stale}')
+            return self._not_forwarding(now, f'{self.mode} stale: {stale}', fault='watchdog')
+        if late is not None:
+            return self._not_forwarding(now, late, recover=False)
+        if self.recover:
+            problems = self._reset_problems(now)
+            if problems:
+                return self._not_forwarding(now, 'not starting to forward: '
+                                            + '; '.join(problems))
+            self.recover = False
+            self.events.append((now, f'forwarding {self.mode} (checks passed: fresh state, '
+                                     'joints still, command near the state)'))
         cmd = self.commands[self.mode]
         limits = self.limits[self.mode]
         dt = self.rate_dt(now)
         try:
             out, clips = filter_command(limits, self.scale, cmd, self.q, self.dq,
-                                        self.previous_target, dt)
+                                        self.previous_target, dt, self.previous_rate)
         except Rejected as exc:
             self.rejected[self.mode] += 1
             self.last_reject = f'{self.mode}/command: {exc}'
-            return self._safe_output(now, f'filter rejected the command: {exc}')
+            return self._not_forwarding(now, f'filter rejected the command: {exc}')
         count_clips(self.clips, clips, cmd.index)
-        if any(np.any(m) for m in clips.values()):
+        clipped = any(np.any(m) for m in clips.values())
+        if clipped:
             self.clipped_outputs += 1
             kinds = [k for k, m in clips.items() if np.any(m)]
             if self.mode == 'policy':
                 self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
                                   + ', '.join(self._names_idx(cmd.index[np.any(
                                       np.stack(list(clips.values())), axis=0)])))
-        if out.position is not None:
-            before = self.previous_target[out.index]
-            moved = ~(before == out.position)      # NaN (no previous target) counts as moved
-            self.target_changed[out.index[moved]] = now
-            self.previous_target[out.index] = out.position
+        self._remember_target(out, now, dt)
         self.hold_position = None
+        if self.spell is not None:
+            self.events.append((now, f'forwarding {self.mode} again after '
+                                     f'{(now - self.spell["since"]) * 1e3:.0f} ms'))
+            self.spell = None
         self.safe_reason = ''
         self.outputs += 1
+        self.last_forward = (now, out)
+        if count:
+            self.stage.accrue(now, self.mode == 'policy' and not clipped)
         return Output([self.names[i] for i in out.index], out.position, out.velocity,
                       out.effort, safe=False, reason='forwarding',
                       stamp=self.dogs[self.mode].stamp)
+
+    def _remember_target(self, out, now, dt):
+        if out.position is None:
+            return
+        i = out.index
+        before = self.previous_target[i]
+        moved = ~(before == out.position)      # NaN (no previous target) counts as moved
+        step_dt = np.asarray(dt, dtype=float)
+        step_dt = step_dt[i] if step_dt.ndim else np.full(i.size, float(step_dt))
+        with np.errstate(divide='ignore', invalid='ignore'):
+            rate = np.where(np.isfinite(before) & (step_dt > 0),
+                            (out.position - before) / np.where(step_dt > 0, step_dt, 1.0),
+                            np.nan)
+        self.previous_rate[i[moved]] = rate[moved]
+        self.target_changed[i[moved]] = now
+        self.previous_target[i] = out.position
+
+    def _forget_targets(self):
+        self.previous_target[:] = np.nan
+        self.previous_rate[:] = np.nan
+        self.last_forward = None
+
+    def _not_forwarding(self, now, reason, fault=None, recover=True):
+        """Return the safe sequence's output while nothing may be forwarded (not latched).
+
+        Within `stale_hold_s` of the last forwarded output the policy's last target is held,
+        re-filtered with the newest state at the stage's limits; after that (or without a
+        last target, or for SysID) the safe mode output. A spell that outlasts the hold is a
+        stage fault of `fault` kind, and forwarding then restarts through the reset checks.
+        """
+        self.stage.accrue(now, False)
+        if self.spell is None:
+            self.spell = {'since': now, 'hold': False, 'faulted': False}
+        grace = self.cfg.stale_hold_s
+        if (grace > 0 and self.mode == 'policy' and self.last_forward is not None
+                and not self.recover and now - self.last_forward[0] <= grace):
+            last = self.last_forward[1]
+            try:
+                out, _ = filter_command(self.limits['policy'], self.scale, last, self.q, self.dq,
+                                        self.previous_target, 0.0)
+            except Rejected:
+                out = None
+            if out is not None:
+                if not self.spell['hold']:
+                    self.spell['hold'] = True
+                    self.grace_holds += 1
+                    self.events.append((now, f'holding the last target for up to '
+                                             f'{grace * 1e3:.0f} ms: {reason}'))
+                self.safe_reason = f'holding the last target ({reason})'
+                return Output([self.names[i] for i in out.index], out.position, out.velocity,
+                              out.effort, True, self.safe_reason)
+        if fault is not None and not self.spell['faulted'] and self.mode == 'policy':
+            self.spell['faulted'] = True
+            self._stage_fault(fault, now, reason)
+        if recover:
+            self.recover = True
+        return self._safe_output(now, reason)
 
     def _check_trips(self, now):
         if self.latched:
@@ -492,7 +772,7 @@ class Supervisor:
 
     def _safe_output(self, now, reason):
         self.safe_reason = reason
-        self.previous_target[:] = np.nan
+        self._forget_targets()
         zeros = np.zeros(self.n)
         mode = self.cfg.safe_mode
         if mode == 'hold' and self.q is not None:
@@ -500,8 +780,10 @@ class Supervisor:
                 self.hold_position = self.q.copy()
             cmd = Command(np.arange(self.n), position=self.hold_position.copy())
             try:
-                out, _ = filter_command(self.limits[self.mode], self.scale, cmd, self.q,
-                                        self.dq, self.hold_position, 0.0)
+                # The full torque limit, whatever the stage: a robot held at 10 % of its
+                # torque would sag or drop (the torque rule still bounds the hold).
+                out, _ = filter_command(self.limits[self.mode], 1.0, cmd, self.q, self.dq,
+                                        self.hold_position, 0.0)
                 return Output(list(self.names), out.position, zeros, None, True, reason)
             except Rejected:
                 mode = 'damping'
@@ -532,6 +814,8 @@ class Supervisor:
         stage['transitions'] = stage['transitions'][-10:]
         stage['clean_for_s'] = round(self.stage.clean_for(now), 3)
         stage['dwell_needed_s'] = self.stage.dwell[self.stage.index]
+        owner_age = (None if self.sysid_owner is None
+                     else round((now - self.sysid_owner_seen) * 1e3, 1))
         return {
             'mode': self.mode,
             'estop': self.latched,
@@ -548,8 +832,17 @@ class Supervisor:
             'rejected': dict(self.rejected),
             'last_reject': self.last_reject,
             'state_rejected': self.state_rejected,
+            'implausible_states': self.implausible,
+            'last_implausible': self.last_implausible,
             'estops': self.estops,
             'ticks': self.ticks,
+            'late_ticks': self.late_ticks,
+            'max_tick_gap_ms': round(self.max_tick_gap * 1e3, 2),
+            'clock_jumps': self.clock_jumps,
+            'grace_holds': self.grace_holds,
+            'sysid_owner': self.sysid_owner,
+            'sysid_owner_age_ms': owner_age,
+            'foreign_sysid': self.foreign_sysid,
             'outputs_forwarded': self.outputs,
             'inputs': ages,
             'tilt_deg': round(math.degrees(self.tilt), 2) if self.cfg.use_imu else None,
