@@ -656,12 +656,14 @@ def test_target_acceleration_is_limited_and_scaled_by_the_stage():
     cmd = validate_command(NAMES, [0.5, 0.0], [], [], lim.names)
     half, _ = filter_command(lim, 0.5, cmd, np.zeros(2), np.zeros(2), prev, 0.01, np.zeros(2))
     assert half.position[0] == pytest.approx(0.005)
-    # Moving at 1 rad/s, stopping at once is limited too (the target brakes, no jump).
-    cmd = validate_command(NAMES, [0.0, 0.0], [], [], lim.names)
+    # Moving at -1 rad/s, a reversal stops first; slowing down is not limited.
     out, clips = filter_command(lim, 1.0, cmd, np.zeros(2), np.zeros(2), prev, 0.002,
                                 np.array([-1.0, 0.0]))
-    assert out.position[0] == pytest.approx(-0.002 + 100 * 0.002 ** 2, abs=1e-9) or \
-        clips['acceleration'][0]
+    assert out.position[0] == 0.0 and clips['acceleration'][0]
+    cmd = validate_command(NAMES, [0.001, 0.0], [], [], lim.names)
+    out, clips = filter_command(lim, 1.0, cmd, np.zeros(2), np.zeros(2), prev, 0.002,
+                                np.array([5.0, 0.0]))
+    assert out.position[0] == pytest.approx(0.001) and not clips['acceleration'][0]
 
 
 def test_supervisor_rate_limits_target_acceleration_across_ticks():

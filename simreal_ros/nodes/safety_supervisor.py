@@ -17,7 +17,16 @@ damping = no positions + zero velocity targets, hold = the position at the trip,
 zero effort), optionally a std_msgs/Float64MultiArray on `array_topic` in `array_joint_order`
 for ros2_control forward controllers (these cannot express damping: in safe mode the array
 holds the measured position at the trip for `array_field: position`, zeros otherwise),
-`safety/state` (latched JSON in std_msgs/String) and `/diagnostics`.
+`safety/state` (latched JSON in std_msgs/String), `safety/heartbeat`
+(diagnostic_msgs/DiagnosticStatus at `heartbeat_rate_hz`: level OK forwarding / WARN safe output
+/ ERROR e-stop, message the output state, values `tick` and `stage`) and `/diagnostics`.
+
+A driver must treat a silent supervisor as an e-stop: no `hardware/command` or heartbeat within
+its command timeout -> damping (sim_robot does; docs/real_robot.md says what a hardware driver
+must do). A measured sample that is implausible is never used (see simreal_ros.core.safety);
+the stage record is written atomically by a thread of its own, never in the control tick, to
+`stage_file` (default per robot and namespace: $ROS_HOME/simreal_ros/stages/<namespace>/
+<robot_name>.json); a failed write is an ERROR on /diagnostics, the stage in memory holds.
 
 Before the first `joint_states` arrives the node publishes nothing on `hardware/command` and says
 so in `safety/state` (`output: waiting`). An e-stop is applied in the service call itself and on
@@ -25,13 +34,18 @@ every following tick. Switching between policy and sysid needs the e-stop latche
 estop, select, reset. Parameters are read-only: restart the node to change them.
 """
 import json
+import os
 import threading
+import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import ClockChange, JumpThreshold
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.time import Time
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -39,6 +53,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
+from simreal_ros.core.safety.stages import RecordWriter
 from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS, declare, run,
                                       stamp_to_sec)
 
@@ -57,6 +72,9 @@ ARRAYS = {
                      'torque a command implies, kp*(q_t-q) + kd*(dq_t-dq) + effort'),
     'max_target_rate': (Parameter.Type.DOUBLE_ARRAY, 'max change of a position target per '
                         'second at stage 1.00 (rad/s)'),
+    'max_target_accel': (Parameter.Type.DOUBLE_ARRAY, 'max change of the position target\'s '
+                         'rate per second at stage 1.00 (rad/s^2), braking before the command; '
+                         'empty = no acceleration limit'),
     'trip_velocity': (Parameter.Type.DOUBLE_ARRAY, 'e-stop when a measured joint velocity '
                       'exceeds this (rad/s, not scaled by the stage)'),
     'stages': (Parameter.Type.DOUBLE_ARRAY, 'stage scales on velocity, torque and rate limits, '
@@ -76,6 +94,8 @@ ARRAYS = {
                              'are not scaled by the stage'),
     'sysid.torque_limit': (Parameter.Type.DOUBLE_ARRAY, 'sysid torque limits (N*m)'),
     'sysid.max_target_rate': (Parameter.Type.DOUBLE_ARRAY, 'sysid target rate limits (rad/s)'),
+    'sysid.max_target_accel': (Parameter.Type.DOUBLE_ARRAY, 'sysid target acceleration limits '
+                               '(rad/s^2)'),
 }
 
 
@@ -95,6 +115,9 @@ class SafetySupervisor(Node):
         p = self._declare_parameters()
         cfg = SupervisorConfig.from_params(p, source=self.NODE_NAME)
         self.core = Supervisor(cfg, self._now())
+        self.stage_file = cfg.stage_file
+        # Stalls are wall-clock events; on simulated time the simulator sets the pace.
+        self._wall = None if self.get_parameter('use_sim_time').value else time.monotonic
         self.forward_on_input = p['forward_on_input']
         self.forward_on_tick = p['forward_on_tick']
         if not (self.forward_on_input or self.forward_on_tick):
@@ -111,6 +134,12 @@ class SafetySupervisor(Node):
         self._array_hold = None
         self._lock = threading.Lock()
         self._last_output_kind = None
+        self.writer = RecordWriter(self.core.stage.pending, self.core.stage.written, self._lock)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self._jump_handler = self.get_clock().create_jump_callback(
+            JumpThreshold(min_forward=Duration(seconds=min(cfg.timeouts.values())),
+                          min_backward=Duration(nanoseconds=-1), on_clock_change=True),
+            post_callback=self._on_time_jump)
 
         control = MutuallyExclusiveCallbackGroup()
         services = MutuallyExclusiveCallbackGroup()
@@ -118,6 +147,8 @@ class SafetySupervisor(Node):
         self.pub_array = (self.create_publisher(Float64MultiArray, p['array_topic'], COMMAND_QOS)
                           if p['array_topic'] else None)
         self.pub_state = self.create_publisher(String, 'safety/state', LATCHED_QOS)
+        self.pub_heartbeat = self.create_publisher(DiagnosticStatus, 'safety/heartbeat',
+                                                   COMMAND_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(JointState, 'joint_states', self._on_joint_states,
                                  SENSOR_SUB_QOS, callback_group=control)
@@ -138,6 +169,10 @@ class SafetySupervisor(Node):
         self.create_timer(cfg.period_s, self._tick, callback_group=control)
         self.create_timer(1.0 / p['state_rate_hz'], self._publish_state, callback_group=services)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=services)
+        self.create_timer(1.0 / p['heartbeat_rate_hz'], self._publish_heartbeat,
+                          callback_group=control)
+        for text in self.core.stage.warnings:
+            self.get_logger().warning(text)
         self.get_logger().info(
             f'supervising {len(cfg.limits.names)} joints at {1 / cfg.period_s:.0f} Hz, mode '
             f'{cfg.mode}, stage {self.core.stage.scale:.2f} (highest reached '
@@ -177,13 +212,49 @@ class SafetySupervisor(Node):
         p['reject_trip_count'] = declare(self, 'reject_trip_count', 10, 'e-stop after this many '
                                          'rejected commands in a row', low=1, high=100000,
                                          read_only=True)
+        p['reset_velocity_tolerance'] = declare(
+            self, 'reset_velocity_tolerance', 0.5, 'reset and every start of forwarding need the '
+            'joints nearly still and the command\'s velocity targets near the measured ones '
+            '(rad/s)', low=0.0, high=100.0, read_only=True)
+        p['state_position_margin'] = declare(
+            self, 'state_position_margin', 0.3, 'a measured position beyond the soft range by '
+            'more than this is implausible, never used (rad; the soft limits sit inside the '
+            'hard range, a joint can be pushed a little past them)', low=0.0, high=10.0,
+            read_only=True)
+        p['state_velocity_factor'] = declare(
+            self, 'state_velocity_factor', 3.0, 'a measured velocity beyond this times '
+            'velocity_limit, or a position jump further than that velocity moves a joint '
+            'between two samples, is implausible', low=1.0, high=100.0, read_only=True)
+        p['implausible_trip_count'] = declare(
+            self, 'implausible_trip_count', 5, 'this many implausible joint_states in a row are '
+            'a sensor fault (e-stop); one glitch is only counted (5 samples = 10 ms at 500 Hz)',
+            low=1, high=100000, read_only=True)
+        p['late_tick_periods'] = declare(
+            self, 'late_tick_periods', 5.0, 'a control tick more than this many periods after '
+            'the previous one (wall clock: a stalled process) forwards nothing computed from '
+            'the old state; it is counted (late_ticks)', low=1.0, high=1000.0, read_only=True)
+        p['stale_hold_s'] = declare(
+            self, 'stale_hold_s', 0.0, 'when the policy goes stale, hold its last target this '
+            'long before the safe mode output (s): a walking robot keeps its stance through a '
+            'brief stall of the computer; 0 = damp at once (right for an arm)', low=0.0,
+            high=5.0, read_only=True)
+        p['sysid_release_s'] = declare(
+            self, 'sysid_release_s', 1.0, 'the SysID path is granted to one experiment node '
+            '(header.frame_id of its commands) until it has been silent this long (s)',
+            low=0.0, high=60.0, read_only=True)
+        p['heartbeat_rate_hz'] = declare(
+            self, 'heartbeat_rate_hz', 50.0, 'safety/heartbeat rate: drivers damp when it '
+            'stops (Hz)', low=1.0, high=1000.0, read_only=True)
+        p['robot_name'] = declare(self, 'robot_name', '', 'robot name (the /** section of the '
+                                  'robot file): names the default stage record', read_only=True)
         p['auto_advance'] = declare(self, 'auto_advance', False, 'promote automatically after '
                                     'a clean dwell', read_only=True)
         p['demote_holdoff_s'] = declare(self, 'demote_holdoff_s', 0.5, 'after a demotion, '
                                         'faults within this time do not demote again (s)',
                                         low=0.0, high=60.0, read_only=True)
-        p['stage_file'] = declare(self, 'stage_file', '', 'JSON record of stage transitions; '
-                                  "'' = $ROS_HOME/simreal_ros/safety_supervisor_stages.json",
+        p['stage_file'] = declare(self, 'stage_file', '', 'JSON record of stage transitions and '
+                                  "the stage list; '' = $ROS_HOME/simreal_ros/stages/"
+                                  '<namespace>/<robot_name>.json (per robot and namespace)',
                                   read_only=True)
         p['resume_stage'] = declare(self, 'resume_stage', False, 'start at the stage recorded '
                                     'in stage_file (else the lowest)', read_only=True)
@@ -206,10 +277,10 @@ class SafetySupervisor(Node):
                                      '(also published on every event)', low=0.1, high=100.0,
                                      read_only=True)
         if not p['stage_file']:
-            import os
             home = os.environ.get('ROS_HOME', os.path.join(os.path.expanduser('~'), '.ros'))
-            p['stage_file'] = os.path.join(home, 'simreal_ros',
-                                           'safety_supervisor_stages.json')
+            ns = self.get_namespace().strip('/').replace('/', '.') or '_root'
+            p['stage_file'] = os.path.join(home, 'simreal_ros', 'stages', ns,
+                                           f'{p["robot_name"] or "robot"}.json')
         if not p['joint_names']:
             raise ConfigError('parameter joint_names is empty: list the joints to supervise '
                               '(the /** section of the robot parameter file)')
@@ -242,7 +313,8 @@ class SafetySupervisor(Node):
         now = self._now()
         with self._lock:
             ok, reason = self.core.on_command(source, msg.name, msg.position, msg.velocity,
-                                              msg.effort, stamp_to_sec(msg.header.stamp), now)
+                                              msg.effort, stamp_to_sec(msg.header.stamp), now,
+                                              sender=msg.header.frame_id)
             if ok and self.forward_on_input and source == self.core.mode:
                 self._send(self.core.tick(now, count=False), now)
         if not ok:
@@ -254,7 +326,7 @@ class SafetySupervisor(Node):
     def _tick(self):
         now = self._now()
         with self._lock:
-            out = self.core.tick(now)
+            out = self.core.tick(now, wall=self._wall() if self._wall else None)
             if out is not None and (out.safe or self.forward_on_tick):
                 self._send(out, now)
         self._log_events()
@@ -286,14 +358,31 @@ class SafetySupervisor(Node):
             self._send_array(out)
 
     def _send_array(self, out):
+        """Publish the Float64MultiArray (caller holds the lock).
+
+        A forward controller cannot take kp=0: in safe mode the array damps as well as it can.
+        position: the measured position, anew every tick (a zero position error leaves the
+        driver's -kd*dq); velocity: zeros (kd*(0 - dq)); effort: -kd*dq (zeros for safe_mode
+        zero_torque). With safe_mode hold, the position at the trip.
+        """
         values = getattr(out, self.array_field)
         if out.safe:
+            q, dq = self.core.q, self.core.dq
+            if q is None:
+                return
             if self.array_field == 'position':
-                if self._array_hold is None and self.core.q is not None:
-                    self._array_hold = dict(zip(self.core.names, self.core.q.tolist()))
-                lookup = self._array_hold
+                if self.core.cfg.safe_mode == 'hold' and self.core.latched:
+                    if self._array_hold is None:
+                        self._array_hold = dict(zip(self.core.names, q.tolist()))
+                    lookup = self._array_hold
+                else:
+                    lookup = dict(zip(self.core.names, q.tolist()))
+            elif self.array_field == 'velocity':
+                lookup = {n: 0.0 for n in self.core.names}
+            elif self.core.cfg.safe_mode == 'zero_torque':
+                lookup = {n: 0.0 for n in self.core.names}
             else:
-                lookup = {n: 0.0 for n in out.names}
+                lookup = dict(zip(self.core.names, (-self.core.cfg.limits.kd * dq).tolist()))
         else:
             self._array_hold = None
             lookup = dict(zip(out.names, values.tolist())) if values is not None else {}
@@ -305,6 +394,8 @@ class SafetySupervisor(Node):
     def _log_events(self):
         with self._lock:
             events, self.core.events = self.core.events, []
+        if events:
+            self.writer.poke()
         for _, text in events:
             if text.startswith('E-STOP'):
                 self.get_logger().error(text)
@@ -351,18 +442,65 @@ class SafetySupervisor(Node):
         self._log_events()
         return response
 
+    # -- parameters and time ------------------------------------------------------------------
+    def _on_set_parameters(self, params):
+        """Refuse every change at run time (use_sim_time included: a clock switch mid-run)."""
+        names = [p.name for p in params]
+        return SetParametersResult(successful=False, reason=(
+            f'safety_supervisor parameters are read-only at run time ({", ".join(names)}): '
+            'restart the node to change them'))
+
+    def _on_time_jump(self, jump):
+        now = self._now()
+        with self._lock:
+            if jump.clock_change in (ClockChange.ROS_TIME_ACTIVATED,
+                                     ClockChange.ROS_TIME_DEACTIVATED):
+                if self.core.q is not None:
+                    self.core.clock_jumps += 1
+                    self.core._trip(f'ROS time source changed ({jump.clock_change.name})', now)
+            else:
+                self.core.clock_jump(jump.delta.nanoseconds * 1e-9, now)
+            out = self.core.tick(now, count=False) if self.core.latched else None
+            if out is not None:
+                self._send(out, now)
+        self._log_events()
+
     # -- reporting --------------------------------------------------------------------------
+    def _status(self):
+        """The core's status plus the record writer's (caller holds the lock)."""
+        s = self.core.status(self._now())
+        s['stage_record'] = {'file': self.stage_file, 'writes': self.writer.writes,
+                             'write_failures': self.writer.failures, 'error': self.writer.error}
+        return s
+
+    def _publish_heartbeat(self):
+        with self._lock:
+            latched, reason, ticks = self.core.latched, self.core.safe_reason, self.core.ticks
+            scale = self.core.stage.scale
+        hb = DiagnosticStatus(name=self.get_fully_qualified_name(), hardware_id='heartbeat')
+        if latched:
+            hb.level, hb.message = DiagnosticStatus.ERROR, 'estop'
+        elif reason:
+            hb.level, hb.message = DiagnosticStatus.WARN, 'safe'
+        else:
+            hb.level, hb.message = DiagnosticStatus.OK, 'forwarding'
+        hb.values = [KeyValue(key='tick', value=str(ticks)),
+                     KeyValue(key='stage', value=f'{scale:.2f}')]
+        self.pub_heartbeat.publish(hb)
+
     def _publish_state(self):
         with self._lock:
-            status = self.core.status(self._now())
+            status = self._status()
         self.pub_state.publish(String(data=json.dumps(status)))
 
     def _publish_diagnostics(self):
         with self._lock:
-            s = self.core.status(self._now())
+            s = self._status()
         st = DiagnosticStatus(name='safety_supervisor', hardware_id=s['mode'])
         if s['estop']:
             st.level, st.message = DiagnosticStatus.ERROR, f'E-STOP: {s["estop_cause"]}'
+        elif s['stage_record']['error']:
+            st.level, st.message = DiagnosticStatus.ERROR, s['stage_record']['error']
         elif s['output'] != 'forwarding':
             st.level, st.message = DiagnosticStatus.WARN, f'safe mode: {s["safe_reason"]}'
         elif s['rejected'][s['mode']] or s['clipped_outputs']:
@@ -375,7 +513,13 @@ class SafetySupervisor(Node):
             st.message = f'forwarding {s["mode"]} at {_where(s)}'
         values = {'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
                   'estop_cause': s['estop_cause'], 'output': s['output'],
-                  'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject']}
+                  'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject'],
+                  'implausible_states': s['implausible_states'],
+                  'last_implausible': s['last_implausible'], 'late_ticks': s['late_ticks'],
+                  'max_tick_gap_ms': s['max_tick_gap_ms'], 'clock_jumps': s['clock_jumps'],
+                  'grace_holds': s['grace_holds'], 'sysid_owner': s['sysid_owner'],
+                  'foreign_sysid': s['foreign_sysid'],
+                  'stage_record_write_failures': s['stage_record']['write_failures']}
         for kind, per_joint in s['clips'].items():
             values[f'clips.{kind}'] = sum(per_joint.values())
         for source, count in s['rejected'].items():
@@ -386,6 +530,10 @@ class SafetySupervisor(Node):
         out = DiagnosticArray(status=[st])
         out.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(out)
+
+    def destroy_node(self):
+        self.writer.stop()      # one last write of the stage record
+        return super().destroy_node()
 
 
 def main(args=None):

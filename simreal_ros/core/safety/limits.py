@@ -18,9 +18,10 @@ field at all. A rejected command is never forwarded, not even partly.
 2. position target changes to `max_target_rate * scale * dt` from the previous output target
    (from the measured position when there is none); the supervisor's dt is the time since
    that target last moved, capped by the source's timeout (`Supervisor.rate_dt`); and the
-   target's rate of change may differ from the previous one (the measured velocity when there
-   is none) by at most `max_target_accel * scale * dt`, braking in time so the target does not
-   pass the command (an acceleration limit, counted as `acceleration`);
+   target's rate of change (the step over the time since the target last moved) may grow
+   beyond the previous one (the measured velocity when there is none) by at most
+   `max_target_accel * scale * dt`, and a reversal first stops; slowing towards the command is
+   not limited, so the target never passes the command (counted as `acceleration`);
 3. velocity targets to `+-velocity_limit * scale`, feed-forward effort to `+-torque_limit * scale`;
 4. the torque the command implies (the formula above, with the measured q, dq) into
    `+-torque_limit * scale`, by moving the position target (or, without one, the velocity target,
@@ -277,12 +278,13 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate
             r0 = dqi if previous_rate is None else np.where(
                 np.isfinite(previous_rate[i]), previous_rate[i], dqi)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-                want = np.where(limited, (r - prev) / np.where(dt > 0, dt, 1.0), 0.0)
-                # Brake in time: no faster towards the command than sqrt(2 a d).
-                vcap = np.sqrt(2.0 * amax * np.abs(p - prev))
-                want = np.clip(want, -vcap, vcap)
-                v = np.clip(np.clip(want, r0 - amax * dt, r0 + amax * dt), -rmax, rmax)
-                a = np.where(limited, prev + v * dt, r)
+                want = want0 = np.where(limited, (r - prev) / np.where(dt > 0, dt, 1.0), 0.0)
+                v = np.clip(want, r0 - amax * dt, r0 + amax * dt)
+                # Speeding up (or reversing) is limited; slowing down towards the command is
+                # not: the target never passes the command, and a held step moves nothing.
+                v = np.sign(want) * np.minimum(np.abs(want), np.maximum(0.0, np.sign(want) * v))
+                # Unchanged steps keep the exact target (no rounding: a held target holds).
+                a = np.where(limited & (v != want0), prev + v * dt, r)
             clips['acceleration'] |= limited & (np.abs(a - r) > 1e-12)
             r = np.where(limited, a, r)
         out.position = r
