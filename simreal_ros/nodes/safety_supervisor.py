@@ -316,7 +316,8 @@ class SafetySupervisor(Node):
                                               msg.effort, stamp_to_sec(msg.header.stamp), now,
                                               sender=msg.header.frame_id)
             if ok and self.forward_on_input and source == self.core.mode:
-                self._send(self.core.tick(now, count=False), now)
+                self._send(self.core.tick(now, count=False,
+                                          wall=self._wall() if self._wall else None), now)
         if not ok:
             self.get_logger().warning(f'{source}/command rejected (not forwarded): {reason}',
                                    throttle_duration_sec=1.0)

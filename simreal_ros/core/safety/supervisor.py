@@ -599,17 +599,21 @@ class Supervisor:
         late = None
         if count:
             self.ticks += 1
-            if wall is not None:
-                if self._last_wall is not None:
-                    gap = wall - self._last_wall
-                    self.max_tick_gap = max(self.max_tick_gap, gap)
-                    if gap > self.cfg.late_tick_periods * self.cfg.period_s:
-                        self.late_ticks += 1
-                        late = (f'supervisor tick {gap * 1e3:.1f} ms after the previous one '
-                                f'(late_tick_periods {self.cfg.late_tick_periods:g}): the state '
-                                'may be old')
-                        self.events.append((now, late))
-                self._last_wall = wall
+        if wall is not None and self._last_wall is not None:
+            # Also on input (count=False): after a stall, queued commands arrive before the
+            # late tick runs, and must not be forwarded with what may be old state either.
+            gap = wall - self._last_wall
+            if gap > self.cfg.late_tick_periods * self.cfg.period_s:
+                late = (f'supervisor tick {gap * 1e3:.1f} ms after the previous one '
+                        f'(late_tick_periods {self.cfg.late_tick_periods:g}): the state '
+                        'may be old')
+                if count:
+                    self.late_ticks += 1
+                    self.events.append((now, late))
+            if count:
+                self.max_tick_gap = max(self.max_tick_gap, gap)
+        if count and wall is not None:
+            self._last_wall = wall
         if self._last_now is not None and now < self._last_now - 1e-6 and self.q is not None:
             self.clock_jumps += 1
             self._trip(f'clock went back {(self._last_now - now) * 1e3:.1f} ms (a second '

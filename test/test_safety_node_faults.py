@@ -1,0 +1,230 @@
+"""safety_supervisor as a process against the faults a real robot brings (issue 13).
+
+The test process plays the driver (joint_states, with glitches on demand) and the policy, and
+watches `hardware/command`, `safety/state`, `safety/heartbeat` and `/diagnostics`. Each test
+fails when its rule is removed from the supervisor.
+"""
+import json
+import os
+import signal
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
+import pytest
+import rclpy
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from rosproc import NodeProcess, Spinner, wait_for
+from simreal_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_PUB_QOS
+
+ARM = 'config/robots/arm3.yaml'
+NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
+UPPER = [2.4, 1.8, 2.2]
+RECORD_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
+                        reliability=ReliabilityPolicy.RELIABLE)
+pytestmark = pytest.mark.ros
+
+
+class Driver:
+    """The test's driver and policy: joint_states at 250 Hz, a 100 Hz policy, recorders."""
+
+    def __init__(self):
+        self.node = rclpy.create_node('fault_driver')
+        self.lock = threading.Lock()
+        self.q = [0.0, 0.0, 0.0]
+        self.target = [0.05, 0.0, 0.0]
+        self.paused = False
+        self.outputs = []         # (monotonic, JointState)
+        self.beats = []           # (monotonic, DiagnosticStatus)
+        self.diags = []           # DiagnosticStatus of safety_supervisor
+        self.state = {}
+        self.pub_js = self.node.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+        self.pub_cmd = self.node.create_publisher(JointState, 'policy/command', COMMAND_QOS)
+        self.node.create_subscription(JointState, 'hardware/command', self._rec(self.outputs),
+                                      RECORD_QOS)
+        self.node.create_subscription(DiagnosticStatus, 'safety/heartbeat',
+                                      self._rec(self.beats), COMMAND_QOS)
+        self.node.create_subscription(String, 'safety/state', self._on_state, LATCHED_QOS)
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 10)
+        self.estop = self.node.create_client(Trigger, 'safety/estop')
+        self.params = self.node.create_client(SetParameters, 'safety_supervisor/set_parameters')
+        self.spinner = Spinner(self.node)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _rec(self, into):
+        def cb(msg):
+            with self.lock:
+                into.append((time.monotonic(), msg))
+        return cb
+
+    def _on_state(self, msg):
+        with self.lock:
+            self.state = json.loads(msg.data)
+
+    def _on_diag(self, msg):
+        with self.lock:
+            self.diags += [s for s in msg.status if s.name == 'safety_supervisor']
+
+    def joint_states(self, q, names=NAMES, velocity=None):
+        msg = JointState(name=list(names), position=[float(v) for v in q],
+                         velocity=[0.0] * len(q) if velocity is None else list(velocity))
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.pub_js.publish(msg)
+
+    def _loop(self):
+        k = 0
+        while not self._stop.is_set():
+            if not self.paused:
+                self.joint_states(self.q)
+                if k % 2 == 0 and self.target is not None:
+                    cmd = JointState(name=NAMES, position=list(self.target))
+                    cmd.header.stamp = self.node.get_clock().now().to_msg()
+                    self.pub_cmd.publish(cmd)
+            k += 1
+            self._stop.wait(0.004)
+
+    def get(self, key):
+        with self.lock:
+            return self.state.get(key)
+
+    def since(self, t, what='outputs'):
+        with self.lock:
+            return [(ta, m) for ta, m in getattr(self, what) if ta >= t]
+
+    def call(self, client, request):
+        assert client.wait_for_service(timeout_sec=30), 'service not found'
+        future = client.call_async(request)
+        wait_for(future.done, 15, what='service response')
+        return future.result()
+
+    def close(self):
+        self._stop.set()
+        self.thread.join(timeout=2)
+        self.spinner.stop()
+
+
+@pytest.fixture
+def ros():
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()
+
+
+def supervisor(tmp_path, **over):
+    params = {'stage_file': str(tmp_path / 'stages.json'), 'joint_states_timeout_s': 1.0,
+              'policy_timeout_s': 0.2}
+    params.update(over)
+    return NodeProcess('safety_supervisor', params_file=ARM, params=params)
+
+
+def forwarding(drv):
+    wait_for(lambda: drv.get('output') == 'forwarding', 30, what='forwarding')
+
+
+def test_glitched_and_duplicated_joint_states_never_reach_the_hardware(ros, tmp_path):
+    drv = Driver()
+    try:
+        with supervisor(tmp_path, implausible_trip_count=4) as sup:
+            forwarding(drv)
+            t0 = time.monotonic()
+            drv.joint_states([40.0, 0.0, 0.0])                       # one glitched sample
+            drv.joint_states([0.0, 0.0, 0.0], names=['shoulder_yaw'] * 3)   # names repeated
+            wait_for(lambda: (drv.get('implausible_states') or 0) >= 2, 10,
+                     what='two implausible samples counted')
+            wait_for(lambda: len(drv.since(t0)) > 30, 5, what='outputs after the glitches')
+            outs = drv.since(t0)
+            assert not drv.get('estop'), drv.state
+            for _, m in outs:   # no target computed from q = 40 rad: all within the range
+                assert all(abs(p) <= u for p, u in zip(m.position, UPPER)), m
+            assert 'names' in drv.get('last_implausible')
+            drv.paused = True                                       # the sensor goes bad
+            for _ in range(6):
+                drv.joint_states([40.0, 0.0, 0.0])
+                time.sleep(0.004)
+            wait_for(lambda: drv.get('estop'), 10, what='the sensor-fault e-stop')
+            assert 'sensor fault' in drv.get('estop_cause'), drv.state
+            assert sup.proc.poll() is None
+    finally:
+        drv.close()
+
+
+def test_unwritable_stage_record_is_an_error_and_the_supervisor_runs_on(ros, tmp_path):
+    blocker = tmp_path / 'not_a_folder'
+    blocker.write_text('a file where the record folder should be')
+    drv = Driver()
+    try:
+        with supervisor(tmp_path, stage_file=str(blocker / 'stages.json')) as sup:
+            forwarding(drv)
+            wait_for(lambda: (drv.get('stage_record') or {}).get('write_failures', 0) >= 1, 10,
+                     what='the failed record write reported')
+            reply = drv.call(drv.estop, Trigger.Request())         # a demotion: writes again
+            assert reply.success
+            wait_for(lambda: any(d.level == DiagnosticStatus.ERROR for d in drv.diags), 10,
+                     what='an ERROR on /diagnostics')
+            t0 = time.monotonic()
+            wait_for(lambda: len(drv.since(t0)) > 10, 5, what='outputs after the failed write')
+            assert sup.proc.poll() is None, sup.output()
+            assert drv.get('estop') and 'not written' in drv.get('stage_record')['error']
+    finally:
+        drv.close()
+
+
+def test_heartbeat_carries_tick_and_state(ros, tmp_path):
+    drv = Driver()
+    try:
+        with supervisor(tmp_path):
+            forwarding(drv)
+            t0 = time.monotonic()
+            wait_for(lambda: len(drv.since(t0, 'beats')) >= 25, 5, what='heartbeats')
+            beats = drv.since(t0, 'beats')
+            rate = (len(beats) - 1) / (beats[-1][0] - beats[0][0])
+            assert rate > 25, rate                                   # 50 Hz configured
+            ticks = [int(dict((kv.key, kv.value) for kv in b.values)['tick']) for _, b in beats]
+            assert ticks == sorted(ticks) and ticks[-1] > ticks[0]
+            assert beats[-1][1].level == DiagnosticStatus.OK
+            drv.call(drv.estop, Trigger.Request())
+            t1 = time.monotonic()
+            wait_for(lambda: any(b.message == 'estop' for _, b in drv.since(t1, 'beats')), 5,
+                     what='an e-stop heartbeat')
+    finally:
+        drv.close()
+
+
+def test_stalled_supervisor_sends_nothing_computed_from_old_state(ros, tmp_path):
+    drv = Driver()
+    try:
+        with supervisor(tmp_path) as sup:
+            forwarding(drv)
+            os.kill(sup.proc.pid, signal.SIGSTOP)
+            time.sleep(0.06)  # noqa: the stall itself is what is tested
+            resumed = time.monotonic()
+            os.kill(sup.proc.pid, signal.SIGCONT)
+            wait_for(lambda: (drv.get('late_ticks') or 0) >= 1, 10, what='the late tick')
+            first = drv.since(resumed)[0][1]
+            assert len(first.position) == 0, first                   # safe, not a target
+            assert not drv.get('estop')
+            forwarding(drv)                                          # and on it goes
+    finally:
+        drv.close()
+
+
+def test_use_sim_time_cannot_change_at_run_time(ros, tmp_path):
+    drv = Driver()
+    try:
+        with supervisor(tmp_path):
+            forwarding(drv)
+            param = ParameterMsg(name='use_sim_time', value=ParameterValue(
+                type=ParameterType.PARAMETER_BOOL, bool_value=True))
+            reply = drv.call(drv.params, SetParameters.Request(parameters=[param]))
+            assert not reply.results[0].successful
+            assert 'read-only' in reply.results[0].reason
+    finally:
+        drv.close()
