@@ -198,3 +198,22 @@ def test_export_loads_in_plain_mujoco_and_reproduces_the_replay(arm3, tmp_path):
     for png in ('position.png', 'velocity.png', 'friction.png', 'estimates.png'):
         assert png in html and os.path.getsize(tmp_path / 'export' / png) > 1000
     assert math.isfinite(report.to_dict()['reduction_x'])
+
+
+def test_files_are_written_whole_or_not_at_all(tmp_path):
+    from simreal_ros.core.bridge.recording import latest_recording
+    from simreal_ros.core.files import atomic_path, inside, is_temporary, write_text
+    path = tmp_path / 'runs' / 'a.mcap'
+    write_text(path, 'first')
+    with pytest.raises(RuntimeError):
+        with atomic_path(path) as tmp:
+            tmp.write_text('half of a new file')
+            assert latest_recording(tmp_path) == str(path)   # never the one being written
+            assert is_temporary(tmp)
+            raise RuntimeError('the disk filled up')
+    assert path.read_text() == 'first'                      # the old file is untouched
+    assert [p.name for p in path.parent.iterdir()] == ['a.mcap']   # no temporary left
+    assert inside(tmp_path, 'runs/a.mcap') == path.resolve()
+    for outside in ('/etc/hostname', '../x.mcap', str(tmp_path / '..' / 'x')):
+        with pytest.raises(ValueError, match='outside'):
+            inside(tmp_path, outside)

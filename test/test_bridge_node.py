@@ -86,6 +86,15 @@ def test_sim_bridge_node_gap_gate_parameters_and_export(recording_dir, tmp_path)
         # Out of range: refused with the reason, the old value kept.
         bad = _set(node, setp, {f'joints.{names[0]}.damping': -1.0})
         assert not bad[0].successful and bad[0].reason
+        # File paths: the folders are fixed, a recording must lie inside its folder.
+        req = SetParameters.Request(parameters=[
+            Parameter('recording', value='/etc/hostname').to_parameter_msg(),
+            Parameter('recording', value='../elsewhere.mcap').to_parameter_msg(),
+            Parameter('recordings_dir', value='/tmp').to_parameter_msg(),
+            Parameter('export_dir', value='/tmp').to_parameter_msg()])
+        refused = _call(node, setp, req).results
+        assert not any(r.successful for r in refused), [r.reason for r in refused]
+        assert 'outside' in refused[0].reason and 'outside' in refused[1].reason
 
         # The matched model (as SysID would push it) passes, at the noise floor.
         matched = {}

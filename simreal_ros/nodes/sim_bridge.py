@@ -8,7 +8,7 @@ in `simreal_ros.core.bridge` (no ROS).
     ros2 run simreal_ros sim_bridge --ros-args --params-file config/robots/arm3.yaml
     ros2 param set /sim_bridge joints.elbow_pitch.damping 0.15
     ros2 param set /sim_bridge latency_s 0.0035
-    ros2 param set /sim_bridge recording /path/to/run.mcap     # '' = newest in recordings_dir
+    ros2 param set /sim_bridge recording run.mcap       # in recordings_dir; '' = the newest
     ros2 service call /sim_bridge/evaluate_gap std_srvs/srv/Trigger
     ros2 topic echo /sim_bridge/gap --qos-durability transient_local
     ros2 service call /sim_bridge/export std_srvs/srv/Trigger
@@ -46,6 +46,7 @@ from std_srvs.srv import Trigger
 from simreal_ros.core.bridge import BridgeSession, JOINT_KEYS
 from simreal_ros.core.bridge.params import RANGES, UNITS
 from simreal_ros.core.bridge.recording import latest_recording, read_mcap
+from simreal_ros.core.files import inside
 from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
 from simreal_ros.core.config import ConfigError
 from simreal_ros.nodes.common import LATCHED_QOS, declare, run
@@ -85,11 +86,18 @@ class SimBridge(Node):
         p['skip_s'] = declare(self, 'skip_s', 0.2, 'initial replay transient left out of the '
                               'score (s)', low=0.0, high=10.0)
         self.recordings_dir = declare(self, 'recordings_dir', '~/.ros/simreal_ros/sysid',
-                                      'folder searched for the newest .mcap')
+                                      'folder searched for the newest .mcap (read-only: '
+                                      'recording is confined to it)', read_only=True)
         self.export_dir = declare(self, 'export_dir', '~/.ros/simreal_ros/sim_bridge',
-                                  'folder ~/export writes into')
-        self.recording = declare(self, 'recording', '', 'MCAP to evaluate; empty = newest in '
-                                 'recordings_dir')
+                                  'folder ~/export writes into (read-only)', read_only=True)
+        self.recording = declare(self, 'recording', '', 'MCAP to evaluate, inside '
+                                 'recordings_dir (a name relative to it, or a path in it); '
+                                 'empty = newest complete one there')
+        if self.recording:
+            try:
+                inside(self.recordings_dir, self.recording)
+            except ValueError as exc:
+                raise ConfigError(f'sim_bridge.recording: {exc}') from exc
         params = {k: v for k, v in p.items() if v is not None and v != []}
         if not p['model_path']:
             raise ConfigError('model_path is empty: give the robot parameter file '
@@ -154,11 +162,13 @@ class SimBridge(Node):
                     else:
                         getattr(updated, key)[i] = float(value)
                 elif name == 'recording':
+                    if value:
+                        try:
+                            inside(self.recordings_dir, value)
+                        except ValueError as exc:
+                            return SetParametersResult(successful=False, reason=(
+                                f'recording: {exc} (recordings_dir is fixed at start)'))
                     self.recording = value
-                elif name == 'recordings_dir':
-                    self.recordings_dir = value
-                elif name == 'export_dir':
-                    self.export_dir = value
                 elif name in ('gap_threshold', 'max_shift_s', 'skip_s'):
                     setattr(self.session, 'threshold' if name == 'gap_threshold' else name,
                             float(value))
@@ -183,7 +193,8 @@ class SimBridge(Node):
         busy = self._busy()
         if busy:
             return None, None, busy
-        path = self.recording or latest_recording(self.recordings_dir)
+        path = (str(inside(self.recordings_dir, self.recording)) if self.recording
+                else latest_recording(self.recordings_dir))
         if not path:
             return None, None, (f'no recording: parameter recording is empty and there is no '
                                 f'.mcap under {self.recordings_dir}')

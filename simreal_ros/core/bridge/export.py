@@ -17,6 +17,7 @@ import os
 import yaml
 
 from simreal_ros.core.bridge.params import JOINT_KEYS, UNITS, apply_to_spec, load_spec
+from simreal_ros.core.files import write_text
 
 DR_FLOOR_FRACTION = 0.10
 DR_FLOOR_ABS = {'damping': 0.005, 'frictionloss': 0.005, 'armature': 0.0005,
@@ -65,10 +66,9 @@ def export(out_dir, model_path, params, robot='robot', gap=None, notes=None,
     _absolute_asset_dirs(spec, model_path)
     spec.compile()
     mjcf = os.path.join(out_dir, f'{robot}_identified.xml')
-    with open(mjcf, 'w') as f:
-        f.write(f'<!-- {robot}: identified by simreal_ros sim_bridge from {model_path}; latency '
-                f'{params.latency_s:.6f} s is the custom numeric simreal_latency_s -->\n')
-        f.write(spec.to_xml())
+    write_text(mjcf, f'<!-- {robot}: identified by simreal_ros sim_bridge from {model_path}; '
+               f'latency {params.latency_s:.6f} s is the custom numeric simreal_latency_s -->\n'
+               + spec.to_xml())
     values = {}
     dr = {}
     for i, joint in enumerate(params.names):
@@ -96,8 +96,7 @@ def export(out_dir, model_path, params, robot='robot', gap=None, notes=None,
     if notes:
         doc['notes'] = notes
     values_path = os.path.join(out_dir, 'identified_params.yaml')
-    with open(values_path, 'w') as f:
-        yaml.safe_dump(doc, f, sort_keys=False)
+    write_text(values_path, yaml.safe_dump(doc, sort_keys=False))
     dr_doc = {'robot': robot, 'distribution': 'uniform', 'operation': 'abs',
               'centred_on': 'identified estimates',
               'width': f'half-width = max({interval_scale:g} x 95 % interval half-width, '
@@ -108,8 +107,7 @@ def export(out_dir, model_path, params, robot='robot', gap=None, notes=None,
                                          floor_fraction)),
               'note': DR_NOTE}
     dr_path = os.path.join(out_dir, 'domain_randomization.yaml')
-    with open(dr_path, 'w') as f:
-        yaml.safe_dump(dr_doc, f, sort_keys=False, width=99)
+    write_text(dr_path, yaml.safe_dump(dr_doc, sort_keys=False, width=99))
     return {'mjcf': mjcf, 'params': values_path, 'domain_randomization': dr_path}
 
 

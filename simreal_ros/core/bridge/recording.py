@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from simreal_ros.core.config import ConfigError
+from simreal_ros.core.files import atomic_path
 from simreal_ros.core.sysid.estimators import Recording
 from simreal_ros.core.sysid.records import JOINT_STATE_DEF
 
@@ -58,7 +59,7 @@ def write_mcap(path, rec, command_topic=COMMAND_TOPICS[0], state_topic=STATE_TOP
         msg = _joint_state(0, rec.names, rec.position[k], rec.velocity[k], rec.effort[k])
         events.append((float(t), 0, state_topic, msg))
     events.sort(key=lambda e: (e[0], e[1]))
-    with open(path, 'wb') as f:
+    with atomic_path(path) as tmp, open(tmp, 'wb') as f:
         writer = Writer(f)
         schema = writer.register_msgdef('sensor_msgs/msg/JointState', JOINT_STATE_MSGDEF)
         for t, _, topic, msg in events:
@@ -173,7 +174,11 @@ def read_mcap(path, names=None, command_topics=COMMAND_TOPICS, state_topic=STATE
 
 
 def latest_recording(folder):
-    """The newest .mcap file under `folder` (recursively), or None."""
+    """The newest complete .mcap file under `folder` (recursively), or None.
+
+    Writers in this package write under a hidden temporary name and rename when complete
+    (`simreal_ros.core.files`), so a file being written is never picked.
+    """
     folder = os.path.expanduser(str(folder))
     best, best_m = None, -1.0
     for root, _, files in os.walk(folder):

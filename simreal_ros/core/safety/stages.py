@@ -21,11 +21,11 @@ A failed write is counted and reported by the writer; the stage held in memory i
 """
 import json
 import math
-import os
 from pathlib import Path
 import threading
 
 from simreal_ros.core.config import ConfigError
+from simreal_ros.core.files import write_text
 
 DEFAULT_STAGES = (0.10, 0.25, 0.50, 0.75, 1.00)
 HISTORY_KEPT = 200
@@ -193,28 +193,7 @@ def load_record(path):
 
 def write_record(path, data):
     """Write JSON atomically and durably: temporary file, fsync, rename, fsync the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-    try:
-        with open(tmp, 'w') as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    write_text(path, json.dumps(data, indent=1))
 
 
 class RecordWriter:

@@ -13,6 +13,7 @@ import os
 import numpy as np
 import yaml
 
+from simreal_ros.core.files import atomic_path
 from simreal_ros.core.sysid.estimators import Recording
 
 JOINT_STATE_DEF = """std_msgs/Header header
@@ -42,7 +43,7 @@ def write_mcap(path, rec, time_origin=0.0):
     """Write a Recording (times from `time_origin` seconds) as a ros2-profile MCAP file."""
     from mcap_ros2.writer import Writer
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, 'wb') as f:
+    with atomic_path(path) as tmp, open(tmp, 'wb') as f:
         writer = Writer(f)
         schema = writer.register_msgdef('sensor_msgs/msg/JointState', JOINT_STATE_DEF)
         events = [(t, 0, k) for k, t in enumerate(rec.cmd_t)]
