@@ -1,6 +1,9 @@
 """SysID nodes as real processes against sim_robot (sim time): a run publishes a result and
 keeps the raw data; an abort mid-run publishes nothing; without the supervisor's consent the
-node refuses to start and commands nothing."""
+node refuses to start and commands nothing.
+
+Without a supervisor, the test's sim_robot listens on sysid/command (a remap of the test's far
+side): no configuration of a SysID node reaches the hardware topic itself."""
 import json
 import os
 
@@ -11,6 +14,7 @@ from datetime import datetime, timezone
 from rosproc import NodeProcess, Spinner, wait_for
 
 pytestmark = pytest.mark.ros
+DIRECT = ('-r', 'hardware/command:=sysid/command')   # sim_robot obeys the SysID node directly
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, 'config', 'robots', 'arm3.yaml')
@@ -33,7 +37,7 @@ def setup(tmp_path_factory):
         data = yaml.safe_load(f)
     sim_section(data)['ros__parameters'].update(publish_clock=True)
     section = data['/**/friction_id']['ros__parameters']
-    section.update(require_supervisor=False, command_topic='hardware/command',
+    section.update(require_supervisor=False,
                    results_dir=str(tmp / 'results'), joints=['elbow_pitch'],
                    sweep_half_range=0.3, friction_speeds=[0.3, 0.8],
                    joint_states_timeout_s=5.0, use_sim_time=True)   # loaded CI machines
@@ -70,7 +74,7 @@ class Client:
         self.node.create_subscription(String, 'sysid/result', self._on_result, LATCHED_QOS)
         self.node.create_subscription(String, f'/{node_name}/progress',
                                       lambda m: self.progress.append(json.loads(m.data)), 50)
-        self.node.create_subscription(JointState, 'hardware/command',
+        self.node.create_subscription(JointState, 'sysid/command',
                                       lambda m: self.commands.append(m), 10)
         self.start = self.node.create_client(Trigger, f'/{node_name}/start')
         self.abort = self.node.create_client(Trigger, f'/{node_name}/abort')
@@ -123,7 +127,7 @@ class Client:
 @pytest.fixture(scope='class')
 def running(setup):
     path, tmp, truth = setup
-    with NodeProcess('sim_robot', path) as sim, NodeProcess('friction_id', path) as node, \
+    with NodeProcess('sim_robot', path, extra_args=DIRECT) as sim, NodeProcess('friction_id', path) as node, \
             NodeProcess('sim_bridge', path):
         client = Client('friction_id')
         try:
@@ -229,7 +233,7 @@ class TestOneRunningNode:
 
 def test_start_refused_without_supervisor(setup):
     path, tmp, _ = setup
-    with NodeProcess('sim_robot', path) as sim, \
+    with NodeProcess('sim_robot', path, extra_args=DIRECT) as sim, \
             NodeProcess('friction_id', path, name='friction_id_strict') as node:
         client = Client('friction_id_strict')
         try:
@@ -247,7 +251,8 @@ def test_start_refused_without_supervisor(setup):
 
 
 def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
-    """Through safety_supervisor: estop, select sysid, start (holds), reset, run, e-stop."""
+    """Through safety_supervisor: a start while e-stopped is refused; select sysid, start, a
+    second experiment refused with the holder's name, e-stop mid-run: no result."""
     from std_srvs.srv import SetBool
     path, _, _ = setup
     with open(path) as f:
@@ -256,33 +261,41 @@ def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
     sup.update(use_sim_time=True, stages=[1.0], joint_states_timeout_s=1.0,
                sysid_timeout_s=1.0)
     section = dict(data['friction_id_strict']['ros__parameters'],
-                   command_topic='sysid/command', results_dir=str(tmp_path / 'results'),
+                   results_dir=str(tmp_path / 'results'),
                    friction_speeds=[0.1, 0.2])   # ~20 s: the e-stop lands mid-run
     data['friction_id_strict'] = {'ros__parameters': section}
+    data['friction_id_second'] = {'ros__parameters': dict(section)}
     strict_path = tmp_path / 'with_supervisor.yaml'
     strict_path.write_text(yaml.dump(data, Dumper=NoAliasDumper))
     with NodeProcess('sim_robot', strict_path), NodeProcess('safety_supervisor', strict_path), \
-            NodeProcess('friction_id', strict_path, name='friction_id_strict') as node:
+            NodeProcess('friction_id', strict_path, name='friction_id_strict') as node, \
+            NodeProcess('friction_id', strict_path, name='friction_id_second'):
         client = Client('friction_id_strict')
+        second = client.node.create_client(client.Trigger, '/friction_id_second/start')
         estop = client.node.create_client(client.Trigger, '/safety/estop')
         reset = client.node.create_client(client.Trigger, '/safety/reset')
         select = client.node.create_client(SetBool, '/safety/select_sysid')
         try:
-            assert client.call(estop, 120.0).success
             wait_for(lambda: select.service_is_ready(), 60.0, what='select_sysid')
-            future = select.call_async(SetBool.Request(data=True))
+            future = select.call_async(SetBool.Request(data=True))   # nothing is forwarded
             wait_for(future.done, 60.0, what='select_sysid response')
             assert future.result().success, future.result().message
+            assert client.call(estop, 120.0).success
             reply = wait_for(
-                lambda: (lambda r: r if r.success or 'supervisor' not in r.message
-                         and 'joint_states' not in r.message else None)(
-                    client.call(client.start)), 120.0, interval=1.0, what='start accepted')
-            assert reply.success and '/safety/reset' in reply.message, reply.message
+                lambda: (lambda r: r if 'e-stop' in r.message else None)(
+                    client.call(client.start)), 120.0, interval=1.0, what='start refused')
+            assert not reply.success and 'never releases an e-stop' in reply.message
             reply = wait_for(lambda: (lambda r: r if r.success else None)(client.call(reset)),
                              60.0, interval=0.5, what='safety/reset accepted')
+            reply = wait_for(
+                lambda: (lambda r: r if r.success else None)(client.call(client.start)),
+                120.0, interval=1.0, what='start accepted')
+            assert 'designing' in reply.message, reply.message
             # Running (or already stopped by the supervisor's own e-stop on a loaded machine).
             wait_for(lambda: any((p.get('percent') or 0) > 5 or p.get('phase') == 'aborted'
                                  for p in client.progress), 120.0, what='the run to start')
+            reply = client.call(second)
+            assert not reply.success and 'friction_id_strict' in reply.message, reply.message
             assert client.call(estop).success
             wait_for(lambda: any(p.get('phase') == 'aborted' for p in client.progress), 30.0,
                      what='aborted after the e-stop')
@@ -295,11 +308,21 @@ def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
             client.close()
 
 
+def test_no_remap_reaches_the_hardware_topic(setup):
+    path, _, _ = setup
+    node = NodeProcess('friction_id', path, extra_args=('-r', 'sysid/command:=hardware/command'))
+    try:
+        assert node.wait_exit(60) == 2
+        assert 'hardware topic' in node.output()
+    finally:
+        node.stop()
+
+
 def test_time_going_back_stops_the_run(setup):
     """A second /clock publisher (here: the test, at t = 0) mid-run stops the experiment."""
     from rosgraph_msgs.msg import Clock
     path, tmp, _ = setup
-    with NodeProcess('sim_robot', path), NodeProcess('friction_id', path) as node:
+    with NodeProcess('sim_robot', path, extra_args=DIRECT), NodeProcess('friction_id', path) as node:
         client = Client('friction_id')
         clock = client.node.create_publisher(Clock, '/clock', 10)
         try:

@@ -3,13 +3,19 @@
 The maths (experiment design, estimators, MCAP and result files) is in
 `simreal_ros.core.sysid`; this adapter only moves messages. A run: `~/start` (std_srvs/Trigger)
 checks that joint_states are fresh and, unless `require_supervisor` is false, that
-safety_supervisor forwards the sysid source without an e-stop; it then sends one JointState per
-timer tick on `command_topic` (sysid/command, the supervisor's SysID input) for each joint in
-`joints` in turn, the others held at `hold_position`. `~/abort`, an e-stop, the supervisor
-leaving sysid mode or stale joint_states stop it at once: the node stops commanding (the
-supervisor's safe mode takes over) and publishes no result. When every joint is done the
-result (YAML text) is published latched on `sysid/result`, written to `results_dir` beside the
-raw signals (MCAP), and pushed to sim_bridge's parameters when that node runs.
+safety_supervisor is in sysid mode, not e-stopped (a SysID start never releases an e-stop: reset
+it yourself first) and not granting the SysID path to another experiment; it answers at once
+and designs the experiment in a thread (progress on `~/progress`; a design that does not fit
+the limits ends there as `aborted`, with the reason). It then sends one JointState per timer
+tick on `sysid/command` (the supervisor's SysID input; `header.frame_id` carries this node's
+name, which the supervisor grants the path to) for each joint in `joints` in turn, the others
+held at `hold_position`. No configuration makes it publish on the hardware topic: a remap of
+`sysid/command` onto `hardware/command` is refused at start-up. `~/abort`, an e-stop, the
+supervisor leaving sysid mode or granting the path to another node, or stale joint_states stop
+it at once: the node stops commanding (the supervisor's safe mode takes over) and publishes no
+result. When every joint is done the result (YAML text) is published latched on
+`sysid/result`, written (whole or not at all) to `results_dir` beside the raw signals (MCAP),
+and pushed to sim_bridge's parameters when that node runs.
 """
 import json
 import math
@@ -28,6 +34,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from simreal_ros.core.config import ConfigError, resolve_path
+from simreal_ros.core.files import write_text
 from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
 from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
@@ -96,7 +103,7 @@ class SysidNode(Node):
         self.latest = None            # (arrival on the steady clock, q, qd, tau)
         self.supervisor = None        # last safety/state mapping
         self.status = 'idle'
-        self.waiting_reset = False
+        self._design_token = None
         self.started_at = -math.inf
         self.last_result = None
         self._last_progress = -math.inf
@@ -106,7 +113,12 @@ class SysidNode(Node):
         control = MutuallyExclusiveCallbackGroup()
         sensors = MutuallyExclusiveCallbackGroup()
         services = MutuallyExclusiveCallbackGroup()
-        self.pub_cmd = self.create_publisher(JointState, p['command_topic'], COMMAND_QOS)
+        self.pub_cmd = self.create_publisher(JointState, 'sysid/command', COMMAND_QOS)
+        hardware = self.resolve_topic_name('hardware/command')
+        if self.pub_cmd.topic_name == hardware:
+            raise ConfigError(f'sysid/command resolves to the hardware topic {hardware}: SysID '
+                              'commands go through safety_supervisor only; remove the remap')
+        self.sender = self.get_fully_qualified_name()
         self.pub_result = self.create_publisher(String, 'sysid/result', LATCHED_QOS)
         self.pub_progress = self.create_publisher(String, '~/progress', 10)
         # joint_states (500 Hz or more) and the command timer exist only while an experiment
@@ -158,7 +170,7 @@ class SysidNode(Node):
                 return SetParametersResult(successful=False,
                                            reason=f'joints {joints} names a joint twice')
             with self._lock:
-                if self.session is not None:
+                if self.session is not None or self.status == 'designing':
                     return SetParametersResult(successful=False, reason=(
                         f'an experiment is running on {self.joints}; abort it or wait'))
                 self.joints = joints
@@ -178,15 +190,14 @@ class SysidNode(Node):
         p['model_path'] = declare(self, 'model_path', '', 'nominal MJCF of the robot (links): '
                                   'absolute, relative or package://simreal_ros/...',
                                   read_only=True)
-        p['command_topic'] = declare(self, 'command_topic', 'sysid/command', "where commands go: "
-                                     "the supervisor's SysID input (hardware/command only for "
-                                     'tests without a supervisor)', read_only=True)
         p['supervisor_state_topic'] = declare(self, 'supervisor_state_topic', 'safety/state',
                                               'safety_supervisor state (latched JSON)',
                                               read_only=True)
         p['require_supervisor'] = declare(self, 'require_supervisor', True, 'refuse to start '
-                                          'unless safety_supervisor forwards sysid without '
-                                          'e-stop; stop when that changes', read_only=True)
+                                          'unless safety_supervisor is in sysid mode without '
+                                          'e-stop and grants the SysID path to no other node; '
+                                          'stop when that changes (false: bench tests whose '
+                                          'driver listens on sysid/command)', read_only=True)
         p['results_dir'] = declare(self, 'results_dir', '~/.ros/simreal_ros/sysid', 'folder for '
                                    'result YAML and raw MCAP files', read_only=True)
         p['range_margin'] = declare(self, 'range_margin', 0.15, 'distance kept from each end '
@@ -284,11 +295,18 @@ class SysidNode(Node):
         if s is None:
             return (f'no safety_supervisor state on {self.p["supervisor_state_topic"]}: start '
                     'safety_supervisor (or set require_supervisor:=false for a bench test)')
-        if s.get('estop') and not (starting and s.get('mode') == 'sysid'):
-            return f'safety_supervisor e-stop is latched ({s.get("estop_cause")})'
+        if s.get('estop'):
+            return (f'safety_supervisor e-stop is latched ({s.get("estop_cause")})'
+                    + ('; a SysID start never releases an e-stop: reset it first (ros2 service '
+                       'call /safety/reset std_srvs/srv/Trigger)' if starting else ''))
         if s.get('mode') != 'sysid':
-            return ('safety_supervisor forwards the policy, not sysid: ros2 service call '
-                    '/safety/estop, /safety/select_sysid "{data: true}", /safety/reset')
+            return ('safety_supervisor forwards the policy, not sysid: stop the policy '
+                    '(/policy_runner/enable false), then ros2 service call /safety/select_sysid '
+                    'std_srvs/srv/SetBool "{data: true}"')
+        owner = s.get('sysid_owner')
+        if s.get('sysid_owner_active') and owner not in (None, self.sender):
+            return (f'safety_supervisor grants the SysID path to {owner} (one experiment at a '
+                    'time): wait for it or abort it')
         return None
 
     # -- services --------------------------------------------------------------------------
@@ -300,7 +318,7 @@ class SysidNode(Node):
         return response
 
     def _start(self):
-        if self.session is not None:
+        if self.session is not None or self.status == 'designing':
             return False, f'already running ({self.status}); call ~/abort first'
         state = self._current_state()
         if state is None:
@@ -310,37 +328,58 @@ class SysidNode(Node):
         problem = self._supervisor_problem(starting=True)
         if problem:
             return False, problem
-        # Selected but still latched (estop -> select_sysid -> start -> reset): hold the pose
-        # until the reset, which needs our fresh commands near the state; the clock waits.
-        self.waiting_reset = bool(self.p['require_supervisor'] and self.supervisor.get('estop'))
+        # The design (nominal simulations) takes a while: not in the executor's thread.
+        self.status = 'designing'
+        self._design_token = token = object()
+        threading.Thread(target=self._design, args=(token, self.latest[1]),
+                         daemon=True).start()
+        return True, (f'{self.KIND} identification of {self.joints} accepted: designing the '
+                      f'experiment; progress on {self.get_fully_qualified_name()}/progress, the '
+                      'result on sysid/result')
+
+    def _design(self, token, hold):
+        """Build and check the session (worker thread), then start commanding."""
         settings = self.settings
+        problem, session = None, None
         try:
             session = SysidSession(self.KIND, settings, self.nominal, self.robot, self.joints,
-                                   self.latest[1], self.p['results_dir'],
-                                   self.p['simulation_dt'])
+                                   hold, self.p['results_dir'], self.p['simulation_dt'])
+            for exp in session.experiments:
+                bad = check_limits(exp, settings, self.nominal)
+                if bad:
+                    problem = f'{exp.joint}: design outside the limits: {bad}'
+                    break
         except (ConfigError, ValueError) as exc:
-            return False, f'cannot design the experiment: {exc}'
-        for exp in session.experiments:
-            bad = check_limits(exp, settings, self.nominal)
-            if bad:
-                return False, f'{exp.joint}: design outside the limits: {bad}'
-        self.workers = []
-        self.time_jump = None
-        self.session = session
-        self.started_at = time.monotonic()
-        self.status = 'running'
-        self.sub_joints = self.create_subscription(JointState, 'joint_states',
-                                                   self._on_joint_states, SENSOR_SUB_QOS,
-                                                   callback_group=self.sensors)
-        self.timer.reset()
-        wait = ('; holding the pose until ros2 service call /safety/reset'
-                if self.waiting_reset else '')
-        return True, (f'{self.KIND} identification of {self.joints} started: '
-                      f'{session.total:.0f} s of robot time{wait}')
+            problem = f'cannot design the experiment: {exc}'
+        with self._lock:
+            if self._design_token is not token or self.status != 'designing':
+                return      # aborted meanwhile
+            if problem is None:
+                problem = self._supervisor_problem(starting=True)
+            if problem:
+                self.status = 'idle'
+                self.get_logger().warn(f'{self.KIND} identification not started: {problem}')
+                self._publish_progress({'experiment': self.KIND, 'phase': 'aborted',
+                                        'reason': problem, 'percent': None,
+                                        'time_left_s': None})
+                return
+            self.workers = []
+            self.time_jump = None
+            self.session = session
+            self.started_at = time.monotonic()
+            self.status = 'running'
+            self.sub_joints = self.create_subscription(JointState, 'joint_states',
+                                                       self._on_joint_states, SENSOR_SUB_QOS,
+                                                       callback_group=self.sensors)
+            self.timer.reset()
+            self.get_logger().info(f'{self.KIND} identification of {self.joints} started: '
+                                   f'{session.total:.0f} s of robot time')
 
     def _srv_abort(self, request, response):
         with self._lock:
-            running = self.session is not None
+            running = self.session is not None or self.status == 'designing'
+            if self.status == 'designing':
+                self.status = 'idle'
             self._stop('aborted by ~/abort')
         response.success = True
         response.message = ('aborted: no result published' if running else 'nothing to abort')
@@ -383,32 +422,19 @@ class SysidNode(Node):
                     > self.p['joint_states_timeout_s']:
                 self._stop('joint_states stale')
                 return
-            if self.waiting_reset:
-                problem = self._supervisor_problem(starting=True)
-                if problem is None and not self.supervisor.get('estop'):
-                    self.waiting_reset = False
-                    self.get_logger().info('e-stop reset: experiment clock starts')
-            problem = None if self.waiting_reset else self._supervisor_problem()
+            problem = self._supervisor_problem()
             if problem:
                 self._stop(problem)
                 return
-            if self.waiting_reset:
-                names, pos, vel, eff = session.first_command()
-                if now - self._last_progress >= 0.5:
-                    self._last_progress = now
-                    info = dict(session.progress(now), phase='waiting for /safety/reset')
-                    self._publish_progress(info)
-            else:
-                names, pos, vel, eff = session.command(now)
+            names, pos, vel, eff = session.command(now)
             msg = JointState()
             msg.header.stamp = self.get_clock().now().to_msg()
+            msg.header.frame_id = self.sender
             msg.name = list(names)
             msg.position = [float(v) for v in pos]
             msg.velocity = [float(v) for v in vel]
             msg.effort = [float(v) for v in eff]
             self.pub_cmd.publish(msg)
-            if self.waiting_reset:
-                return
             if session.joint_over(now):
                 work = session.finish_joint()
                 worker = threading.Thread(target=work, daemon=True)
@@ -433,9 +459,7 @@ class SysidNode(Node):
         self._idle()
         text = result_text(self.robot, self.KIND, session.results, session.failures)
         path = os.path.join(session.results_dir, session.base + '.yaml')
-        os.makedirs(session.results_dir, exist_ok=True)
-        with open(path, 'w') as f:
-            f.write(text)
+        write_text(path, text)
         self.pub_result.publish(String(data=text))
         self.last_result = text
         for doc in session.results:

@@ -846,6 +846,8 @@ class Supervisor:
             'grace_holds': self.grace_holds,
             'sysid_owner': self.sysid_owner,
             'sysid_owner_age_ms': owner_age,
+            'sysid_owner_active': (self.sysid_owner is not None
+                                   and owner_age <= self.cfg.sysid_release_s * 1e3),
             'foreign_sysid': self.foreign_sysid,
             'outputs_forwarded': self.outputs,
             'inputs': ages,
