@@ -790,3 +790,11 @@ def test_hold_safe_mode_is_not_capped_by_a_low_stage():
     r.sup.estop('drill', r.t)
     out = r.step(q=(0.1, 0.0), pos=None)     # sagging 0.2 rad: the hold pulls with up to 20 N*m
     assert out.safe and out.position[0] == pytest.approx(0.3)
+
+
+def test_forwarding_starts_only_with_a_command_within_the_torque_limit_at_the_state():
+    r = Rig(reset_tolerance=1.0)             # positions far apart are allowed here ...
+    r.step(pos=None)
+    out = r.step(pos=(0.5, 0.0))             # ... but 100 * 0.5 = 50 N*m > 20 * 0.5 is not
+    assert out.safe and 'would push 50.0 N*m' in out.reason
+    assert not r.step(pos=(0.08, 0.0)).safe  # 8 N*m

@@ -56,7 +56,7 @@ import numpy as np
 
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety.limits import (KINDS, Command, Limits, Rejected, count_clips,
-                                            filter_command, validate_command)
+                                            filter_command, implied_torque, validate_command)
 from simreal_ros.core.safety.stages import DEFAULT_STAGES, StageMachine
 
 SAFE_MODES = ('damping', 'hold', 'zero_torque')
@@ -517,6 +517,14 @@ class Supervisor:
                         f'the latest {self.mode} command is {err[worst]:.3f} rad from the '
                         f'measured position of {self.names[cmd.index[worst]]} (reset_tolerance '
                         f'{self.cfg.reset_tolerance:.3f} rad); command the current pose first')
+            tau = np.abs(implied_torque(self.limits[self.mode], cmd, self.q, self.dq))
+            tmax = self.limits[self.mode].torque_limit[cmd.index] * self.scale
+            if np.any(tau > tmax):
+                worst = int(np.argmax(tau / tmax))
+                problems.append(
+                    f'the latest {self.mode} command would push {tau[worst]:.1f} N*m on '
+                    f'{self.names[cmd.index[worst]]} at the measured state (torque limit '
+                    f'{tmax[worst]:.1f} N*m at this stage)')
             if cmd.velocity is not None:
                 verr = np.abs(cmd.velocity - self.dq[cmd.index])
                 tol = self.cfg.reset_velocity_tolerance
