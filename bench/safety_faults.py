@@ -42,7 +42,16 @@ ARGS = argparse.Namespace(overrides={})
 LAST_RIG = [None]   # for the supervisor's log when a scenario fails
 SCENARIOS = ('policy_killed', 'joint_states_stopped', 'nan_commands', 'far_beyond_limits',
              'estop_during_motion', 'reset_refused_stale', 'stage_promotion_too_early',
-             'g1_tilt_trip')
+             'g1_tilt_trip', 'joint_states_glitch', 'duplicate_joint_names',
+             'supervisor_sigterm', 'supervisor_sigkill', 'supervisor_stalled',
+             'stage_record_unwritable', 'clock_jump', 'dwell_while_not_forwarding',
+             'concurrent_sysid', 'sysid_during_estop', 'stage_list_changed',
+             'cmd_vel_timeout')
+
+
+# Each scenario's time from the fault to the safe output (or the driver's damping), by key.
+FAULT_TIMES = ('fault_to_safe_ms', 'signal_to_safe_ms', 'kill_to_driver_damped_ms',
+               'estop_to_safe_ms', 'jump_to_safe_ms')
 
 
 def param_file(node, robot_yaml, name='safety_supervisor'):
@@ -54,7 +63,8 @@ def param_file(node, robot_yaml, name='safety_supervisor'):
 class Rig:
     """sim_robot + safety_supervisor processes and an observer node for one scenario."""
 
-    def __init__(self, tmp, robot=ARM, names=ARM_NAMES, overrides=None, supervisor_first=False):
+    def __init__(self, tmp, robot=ARM, names=ARM_NAMES, overrides=None, supervisor_first=False,
+                 sim_params=None):
         import rclpy
         from sensor_msgs.msg import Imu, JointState
         from rosproc import NodeProcess
@@ -69,6 +79,7 @@ class Rig:
         node = self.probe.node
         self.lock = threading.Lock()
         self.js_times, self.js, self.policy_times, self.imu = [], [], [], []
+        self.js_stamps = []
         node.create_subscription(JointState, 'joint_states', self._js, SENSOR_SUB_QOS)
         node.create_subscription(JointState, 'policy/command', self._policy, COMMAND_QOS)
         node.create_subscription(Imu, 'imu', self._imu, SENSOR_SUB_QOS)
@@ -86,7 +97,7 @@ class Rig:
             wait_for(lambda: self.probe.get('output') == 'waiting', 60, what='supervisor up')
         # The robot stands from the start (no gantry): a scenario may let it fall.
         self.sim = NodeProcess('sim_robot', params_file=robot,
-                               params={'hold_until_command': False})
+                               params={'hold_until_command': False, **(sim_params or {})})
         self.procs.append(self.sim)
         if not supervisor_first:
             self.wait_steady()
@@ -111,6 +122,7 @@ class Rig:
         with self.lock:
             self.js_times.append(time.monotonic())
             self.js.append((self.js_times[-1], list(msg.position)))
+            self.js_stamps.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)
 
     def _policy(self, msg):
         with self.lock:
@@ -428,12 +440,15 @@ def sc_reset_refused_stale(tmp, args):
         from rosproc import wait_for
         rig.wait_forwarding()
         assert rig.probe.call(rig.probe.clients['estop']).success
-        rig.probe.target = None   # the policy goes silent
-        wait_for(lambda: (rig.probe.get('inputs')['policy']['arrival_age_ms'] or 0) > 200, 5,
-                 what='policy stale')
+        os.kill(rig.sim.proc.pid, signal.SIGSTOP)      # the driver stops: joint_states stale
+        timeout_ms = float(rig.params['joint_states_timeout_s']) * 1e3
+        wait_for(lambda: (rig.probe.get('inputs')['joint_states']['arrival_age_ms'] or 0)
+                 > timeout_ms, 5, what='joint_states stale')
         reply = rig.probe.call(rig.probe.clients['reset'])
-        refused = not reply.success and 'policy' in reply.message
+        refused = not reply.success and 'joint_states' in reply.message
         still_latched = rig.probe.get('estop')
+        os.kill(rig.sim.proc.pid, signal.SIGCONT)
+        rig.wait_steady()
         rig.probe.hold_current()
         wait_for(lambda: rig.probe.call(rig.probe.clients['reset']).success, 10, interval=0.1,
                  what='reset once fresh')
@@ -499,6 +514,388 @@ def sc_g1_tilt_trip(tmp, args):
         rig.close()
 
 
+# -- issue 13: faults of a real robot's sensors, processes, disk and clock ---------------------
+def _glitch_publisher(rig):
+    """A second joint_states publisher (a glitching driver); returns publish(names, q)."""
+    from rosproc import wait_for
+    from sensor_msgs.msg import JointState
+    from simreal_ros.nodes.common import SENSOR_PUB_QOS
+    pub = rig.probe.node.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+    wait_for(lambda: pub.get_subscription_count() >= 2, 10, what='glitch publisher matched')
+
+    def publish(names, q):
+        msg = JointState(name=list(names), position=[float(v) for v in q],
+                         velocity=[0.0] * len(q))
+        msg.header.stamp = rig.probe.node.get_clock().now().to_msg()
+        pub.publish(msg)
+    return publish
+
+
+def _sensor_fault(rig, bad_sample, what):
+    """One implausible sample is counted and never used; a burst is a sensor-fault e-stop."""
+    from rosproc import wait_for
+    from test_safety_node import is_safe
+    rig.wait_forwarding()
+    glitch = _glitch_publisher(rig)
+    lo, hi = rig.params['position_lower'], rig.params['position_upper']
+    start = time.monotonic()
+    glitch(*bad_sample)
+    wait_for(lambda: (rig.probe.get('implausible_states') or 0) >= 1, 5,
+             what=f'the {what} counted')
+    wait_for(lambda: len(rig.probe.since(start)) > 100, 5, what='outputs after the glitch')
+    outs = rig.probe.since(start)
+    beyond = sum(1 for _, m in outs for j, v in enumerate(m.position)
+                 if not lo[j] - 1e-9 <= v <= hi[j] + 1e-9)
+    single_estop = bool(rig.probe.get('estop'))
+    count = int(rig.params.get('implausible_trip_count', 5))
+    os.kill(rig.sim.proc.pid, signal.SIGSTOP)          # only bad samples from now on
+    for k in range(count):
+        fault = time.monotonic()                       # the sample that makes it a fault
+        glitch(*bad_sample)
+        if k < count - 1:
+            time.sleep(0.002)
+    t_safe = rig.first_safe_after(fault)
+    wait_for(lambda: rig.probe.get('estop'), 5, what='the sensor-fault e-stop')
+    cause = rig.probe.get('estop_cause')
+    os.kill(rig.sim.proc.pid, signal.SIGCONT)
+    return {'passed': beyond == 0 and not single_estop and 'sensor fault' in cause
+            and all(is_safe(m) for _, m in rig.probe.since(t_safe)),
+            'targets_beyond_range': beyond, 'outputs_checked': len(outs),
+            'estop_after_one': single_estop, 'implausible_counted':
+            rig.probe.get('implausible_states'), 'estop_cause': cause,
+            'fault_to_safe_ms': round((t_safe - fault) * 1e3, 2)}
+
+
+def sc_joint_states_glitch(tmp, args):
+    rig = Rig(tmp)
+    try:
+        return _sensor_fault(rig, (ARM_NAMES, [40.0, 0.0, 0.0]), 'glitched sample')
+    finally:
+        rig.close()
+
+
+def sc_duplicate_joint_names(tmp, args):
+    rig = Rig(tmp)
+    try:
+        return _sensor_fault(rig, ([ARM_NAMES[0]] * 2 + [ARM_NAMES[2]], [0.0, 0.0, 0.0]),
+                             'sample with a repeated name')
+    finally:
+        rig.close()
+
+
+def _kill_supervisor(rig, sig):
+    """Signal the supervisor mid-motion; return (signal time, its exit code, outputs)."""
+    rig.wait_forwarding()
+    q0 = list(rig.probe.target)
+    rig.probe.target = [q0[0] + 0.1, q0[1], q0[2]]
+    time.sleep(0.3)
+    sent = time.monotonic()
+    os.kill(rig.sup.proc.pid, sig)
+    code = rig.sup.proc.wait(timeout=15)
+    time.sleep(0.2)   # anything still in flight arrives
+    return sent, code, rig.probe.since(sent)
+
+
+def sc_supervisor_sigterm(tmp, args):
+    from test_safety_node import is_safe
+    rig = Rig(tmp)
+    try:
+        sent, code, outs = _kill_supervisor(rig, signal.SIGTERM)
+        safe = [t for t, m in outs if is_safe(m)]
+        last_safe = bool(outs) and is_safe(outs[-1][1])
+        return {'passed': last_safe and code == 0, 'exit_code': code,
+                'outputs_after_signal': len(outs), 'safe_outputs_after_signal': len(safe),
+                'last_output_safe': last_safe,
+                'signal_to_safe_ms': round((safe[0] - sent) * 1e3, 2) if safe else None}
+    finally:
+        rig.close()
+
+
+def sc_supervisor_sigkill(tmp, args):
+    """SIGKILL: nothing more from the supervisor; the driver damps within its timeout."""
+    from rosproc import wait_for
+    rig = Rig(tmp)
+    states = []
+    try:
+        from std_msgs.msg import String
+        from simreal_ros.nodes.common import LATCHED_QOS
+        rig.probe.node.create_subscription(
+            String, 'driver/state', lambda m: states.append((time.monotonic(),
+                                                             json.loads(m.data))), LATCHED_QOS)
+        sent, code, _ = _kill_supervisor(rig, signal.SIGKILL)
+        timeout = float(param_file('sim_robot', ARM, 'sim_robot')['command_timeout_s'])
+
+        def damped():
+            return next((t for t, st in states if t >= sent and st.get('damped')), None)
+        t_damp = wait_for(damped, 5, what='sim_robot damping after the supervisor died')
+        cause = [st for t, st in states if t == t_damp][0].get('cause')
+        latency = (t_damp - sent) * 1e3
+        return {'passed': latency <= timeout * 1e3 + 2 * rig.period * 1e3 + args.transport_ms,
+                'kill_to_driver_damped_ms': round(latency, 2),
+                'driver_command_timeout_ms': timeout * 1e3, 'driver_cause': cause,
+                'exit_code': code}
+    finally:
+        rig.close()
+
+
+def _first_after_stall(rig, stopped_ros):
+    """The first output (by arrival) stamped at or after the stall began.
+
+    Nothing is published during the stall: such an output was made after the resume (safe
+    outputs carry the supervisor's time, forwarded ones the stamp of a command sent during
+    the stall or later); outputs made before it carry earlier stamps.
+    """
+    for _, m in rig.probe.since(0.0):
+        if m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 >= stopped_ros:
+            return m
+    return None
+
+
+def sc_supervisor_stalled(tmp, args):
+    """SIGSTOP the supervisor: after a short stall nothing computed from old state goes out;
+    after a long one (beyond the joint_states timeout) it is an e-stop."""
+    from rosproc import wait_for
+    rig = Rig(tmp)
+    clock = None
+    try:
+        rig.wait_forwarding()
+        clock = rig.probe.node.get_clock()
+        q0 = list(rig.probe.target)
+        stopped = clock.now().nanoseconds * 1e-9
+        os.kill(rig.sup.proc.pid, signal.SIGSTOP)
+        rig.probe.target = [q0[0] + 0.02, q0[1], q0[2]]   # sent during the stall
+        time.sleep(0.05)   # noqa: the stall itself (25 periods, < the 0.2 s state timeout)
+        os.kill(rig.sup.proc.pid, signal.SIGCONT)
+        wait_for(lambda: (rig.probe.get('late_ticks') or 0) >= 1, 5, what='the late tick')
+        first = wait_for(lambda: _first_after_stall(rig, stopped), 5, what='an output')
+        before = [m for _, m in rig.probe.since(0.0)
+                  if m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 < stopped]
+        # Nothing new after the stall: the last output repeated (or the safe mode).
+        short_ok = (len(first.position) == 0
+                    or list(first.position) == list(before[-1].position))
+        rig.wait_forwarding()
+        stopped = clock.now().nanoseconds * 1e-9
+        os.kill(rig.sup.proc.pid, signal.SIGSTOP)
+        time.sleep(0.5)   # noqa: a long stall
+        os.kill(rig.sup.proc.pid, signal.SIGCONT)
+        wait_for(lambda: rig.probe.get('estop'), 5, what='the e-stop after a long stall')
+        first_long = wait_for(lambda: _first_after_stall(rig, stopped), 5, what='an output')
+        return {'passed': short_ok and len(first_long.position) == 0,
+                'first_output_after_short_stall_safe': short_ok,
+                'late_ticks': rig.probe.get('late_ticks'),
+                'max_tick_gap_ms': rig.probe.get('max_tick_gap_ms'),
+                'estop_cause_after_long_stall': rig.probe.get('estop_cause')}
+    finally:
+        rig.close()
+
+
+def sc_stage_record_unwritable(tmp, args):
+    from rosproc import wait_for
+    blocker = Path(tmp) / f'not_a_folder_{time.time_ns()}'
+    blocker.write_text('a file where the record folder should be')
+    rig = Rig(tmp, overrides={'stage_file': str(blocker / 'stages.json'),
+                              'stage_dwell_s': [0.0],
+                              'demote_on': ['limit', 'watchdog', 'estop', 'rejected',
+                                            'operator']})
+    try:
+        rig.wait_forwarding()
+        promoted = rig.probe.call(rig.probe.clients['advance_stage']).success
+        sent = time.monotonic()
+        assert rig.probe.call(rig.probe.clients['estop']).success     # demotes (estop fault)
+        t_safe = rig.first_safe_after(sent)
+        wait_for(lambda: (rig.probe.get('stage_record') or {}).get('write_failures', 0) >= 1,
+                 5, what='the failed write reported')
+        stage = rig.probe.get('stage')['stage']
+        alive = rig.sup.proc.poll() is None
+        return {'passed': promoted and alive and stage == 0.1
+                and 'not written' in rig.probe.get('stage_record')['error'],
+                'supervisor_alive': alive, 'stage_in_memory': stage,
+                'record': rig.probe.get('stage_record'),
+                'estop_to_safe_ms': round((t_safe - sent) * 1e3, 2)}
+    finally:
+        rig.close()
+
+
+def sc_clock_jump(tmp, args):
+    """A second /clock publisher sends a time 5 s in the past: the supervisor e-stops."""
+    from rosproc import wait_for
+    from rosgraph_msgs.msg import Clock
+    from simreal_ros.nodes.common import SENSOR_PUB_QOS
+    rig = Rig(tmp, overrides={'use_sim_time': True, 'check_stamps': False},
+              sim_params={'publish_clock': True})
+    try:
+        rig.wait_forwarding()
+        pub = rig.probe.node.create_publisher(Clock, '/clock', SENSOR_PUB_QOS)
+        wait_for(lambda: pub.get_subscription_count() >= 1, 10, what='/clock matched')
+        with rig.lock:
+            stamp = rig.js_stamps[-1]
+        back = Clock()
+        back.clock.sec = max(int(stamp) - 5, 0)
+        sent = time.monotonic()
+        pub.publish(back)
+        t_safe = rig.first_safe_after(sent)
+        wait_for(lambda: rig.probe.get('estop'), 5, what='the clock e-stop')
+        cause = rig.probe.get('estop_cause')
+        return {'passed': 'clock' in cause and (rig.probe.get('clock_jumps') or 0) >= 1,
+                'estop_cause': cause, 'jump_to_safe_ms': round((t_safe - sent) * 1e3, 2)}
+    finally:
+        rig.close()
+
+
+def sc_dwell_while_not_forwarding(tmp, args):
+    """Stages are earned only while the policy is forwarded cleanly (the old flaky hole)."""
+    from rosproc import wait_for
+    dwell = 1.0
+    rig = Rig(tmp, overrides={'stage_dwell_s': [dwell]})
+    try:
+        wait_for(lambda: rig.probe.joint_states is not None, 60, what='joint_states')
+        time.sleep(2 * dwell)   # noqa: idle time that must not count as dwell
+        idle = rig.probe.call(rig.probe.clients['advance_stage'])
+        rig.wait_forwarding()
+        early = rig.probe.call(rig.probe.clients['advance_stage'])
+        wait_for(lambda: rig.probe.get('stage')['clean_for_s'] >= dwell, 20,
+                 what='a clean dwell of forwarding')
+        later = rig.probe.call(rig.probe.clients['advance_stage'])
+        return {'passed': not idle.success and 'not forwarding' in idle.message
+                and not early.success and later.success,
+                'while_idle': idle.message, 'early': early.message, 'after_dwell': later.message}
+    finally:
+        rig.close()
+
+
+def _sysid_publisher(rig, sender):
+    from sensor_msgs.msg import JointState
+    from simreal_ros.nodes.common import COMMAND_QOS
+    pub = rig.probe.node.create_publisher(JointState, 'sysid/command', COMMAND_QOS)
+
+    def publish(q):
+        msg = JointState(name=list(ARM_NAMES), position=[float(v) for v in q])
+        msg.header.stamp = rig.probe.node.get_clock().now().to_msg()
+        msg.header.frame_id = sender
+        pub.publish(msg)
+    return publish
+
+
+def sc_concurrent_sysid(tmp, args):
+    """Two SysID senders: the supervisor forwards the first, refuses the second (counted)."""
+    from rosproc import wait_for
+    rig = Rig(tmp)
+    try:
+        wait_for(lambda: rig.probe.joint_states is not None, 60, what='joint_states')
+        rig.probe.hold_current()
+        q0, rig.probe.target = list(rig.probe.target), None      # no policy: nothing forwarded
+        select = rig.probe.select
+        assert select.wait_for_service(timeout_sec=30)
+        from std_srvs.srv import SetBool
+        reply = rig.probe.call(select, SetBool.Request(data=True))
+        first, second = _sysid_publisher(rig, '/friction_id'), _sysid_publisher(rig, '/rogue')
+        start = time.monotonic()
+        end = start + 1.5
+        while time.monotonic() < end:
+            first(q0)
+            second([v + 0.3 for v in q0])
+            time.sleep(0.005)
+        outs = [m for _, m in rig.probe.since(start) if len(m.position)]
+        from_second = sum(1 for m in outs if abs(m.position[0] - q0[0]) > 0.15)
+        return {'passed': reply.success and len(outs) > 50 and from_second == 0
+                and rig.probe.get('sysid_owner') == '/friction_id'
+                and (rig.probe.get('foreign_sysid') or 0) > 0 and not rig.probe.get('estop'),
+                'forwarded': len(outs), 'forwarded_from_second': from_second,
+                'owner': rig.probe.get('sysid_owner'),
+                'foreign_rejected': rig.probe.get('foreign_sysid')}
+    finally:
+        rig.close()
+
+
+def sc_sysid_during_estop(tmp, args):
+    """While e-stopped a SysID start is refused; nothing releases the e-stop but a reset."""
+    from rosproc import NodeProcess, wait_for
+    from std_srvs.srv import SetBool, Trigger
+    rig = Rig(tmp)
+    node = NodeProcess('friction_id', params_file=ARM,
+                       params={'results_dir': str(Path(tmp) / 'sysid')})
+    rig.procs.append(node)
+    try:
+        rig.wait_forwarding()
+        rig.probe.target = None
+        assert rig.probe.call(rig.probe.clients['estop']).success
+        assert rig.probe.call(rig.probe.select, SetBool.Request(data=True)).success
+        start = rig.probe.node.create_client(Trigger, 'friction_id/start')
+        reply = wait_for(lambda: (lambda r: r if 'joint_states' not in r.message else None)(
+            rig.probe.call(start)), 60, interval=0.5, what='a start answered')
+        time.sleep(0.5)   # noqa: nothing may release the e-stop meanwhile
+        return {'passed': not reply.success and 'never releases an e-stop' in reply.message
+                and rig.probe.get('estop'), 'reply': reply.message,
+                'still_latched': rig.probe.get('estop')}
+    finally:
+        rig.close()
+
+
+def sc_stage_list_changed(tmp, args):
+    """A record earned with another stage list is not resumed: first stage, warning."""
+    from rosproc import wait_for
+    record = Path(tmp) / f'changed-{time.time_ns()}.json'
+    record.write_text(json.dumps({'stage': 1.0, 'stage_index': 2, 'stages': [0.1, 0.5, 1.0],
+                                  'highest': 1.0, 'highest_index': 2, 'transitions': []}))
+    rig = Rig(tmp, overrides={'stage_file': str(record), 'resume_stage': True})
+    try:
+        wait_for(lambda: rig.probe.get('stage') is not None, 30, what='safety/state')
+        stage = rig.probe.get('stage')
+        wait_for(lambda: 'earned with stages' in rig.sup.output(), 10, what='the warning')
+        saved = json.loads(record.read_text())
+        return {'passed': stage['stage'] == 0.1 and saved['stages'] == stage['stages'],
+                'stage': stage['stage'], 'stages_now': stage['stages'],
+                'record_stages': saved['stages']}
+    finally:
+        rig.close()
+
+
+def sc_cmd_vel_timeout(tmp, args):
+    """policy_runner: a cmd_vel older than its timeout decays to zero; clips are counted."""
+    from rosproc import NodeProcess, wait_for
+    from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import Twist
+    policy = Path(tmp) / 'arm3_policy.onnx'
+    if not policy.is_file():
+        subprocess.run([sys.executable, str(REPO / 'scripts' / 'onnx_policies.py'), 'arm3',
+                        str(policy)], check=True, cwd=REPO, capture_output=True)
+    runner = NodeProcess('policy_runner', params_file=ARM, params={'policy_path': str(policy)})
+    diags = []
+    rig = Rig(tmp)
+    rig.procs.append(runner)
+    try:
+        rig.probe.node.create_subscription(
+            DiagnosticArray, '/diagnostics',
+            lambda m: diags.extend((time.monotonic(), s) for s in m.status
+                                   if s.name.startswith('policy_runner')), 10)
+        pub = rig.probe.node.create_publisher(Twist, 'cmd_vel', 10)
+        wait_for(lambda: pub.get_subscription_count() >= 1, 30, what='cmd_vel matched')
+
+        def value(key, since):
+            for t, st in reversed(diags):
+                if t >= since:
+                    v = dict((kv.key, kv.value) for kv in st.values).get(key)
+                    if v is not None:
+                        return v
+            return None
+        fast = Twist()
+        fast.linear.x = 100.0                                    # far beyond any range
+        t0 = time.monotonic()
+        end = t0 + 1.5
+        while time.monotonic() < end:
+            pub.publish(fast)
+            time.sleep(0.02)
+        stopped = time.monotonic()
+        clips = wait_for(lambda: value('cmd_vel_clips', t0), 5, what='cmd_vel clips reported')
+        wait_for(lambda: value('cmd_vel_state', stopped + 1.0), 10,
+                 what='diagnostics after the timeout')
+        state = value('cmd_vel_state', stopped + 1.0)
+        return {'passed': int(float(clips)) > 0 and 'timed out' in state,
+                'cmd_vel_clips': clips, 'cmd_vel_state_after': state}
+    finally:
+        rig.close()
+
+
 def run_properties(cases):
     """Run the hypothesis property of the filter over >= `cases` checked cases."""
     import test_safety_properties as props
@@ -511,7 +908,17 @@ def run_properties(cases):
         props.make_property(examples, bench=True)()
     except Exception as exc:  # noqa: BLE001 - a property failure is a measured result
         failure = f'{type(exc).__name__}: {str(exc)[:2000]}'
+    # The whole supervisor over event sequences that include glitched, duplicated and
+    # missing measurements (an implausible sample must never become the state it uses).
+    seq0, states0 = props.STATS.get('sequences', 0), props.STATS.get('states', 0)
+    sequences = max(cases // 50, 20)
+    try:
+        props.make_supervisor_property(sequences, bench=True)()
+    except Exception as exc:  # noqa: BLE001
+        failure = failure or f'supervisor: {type(exc).__name__}: {str(exc)[:2000]}'
     return {'cases': props.STATS['cases'] - before, 'hypothesis_examples': examples,
+            'supervisor_sequences': props.STATS.get('sequences', 0) - seq0,
+            'measurements_checked': props.STATS.get('states', 0) - states0,
             'seconds': round(time.monotonic() - t0, 1), 'failure': failure}
 
 
@@ -519,6 +926,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--scenarios', nargs='*', default=list(SCENARIOS), choices=SCENARIOS)
     parser.add_argument('--property-cases', type=int, default=100000)
+    parser.add_argument('--repeat', type=int, default=1, help='run the scenarios this many '
+                        'times (the property once) and count the passes per scenario')
     parser.add_argument('--estops', type=int, default=5, help='e-stops during motion')
     parser.add_argument('--transport-ms', type=float, default=10.0,
                         help='allowance for DDS transport to and from the observer')
@@ -536,31 +945,39 @@ def main():
     import rclpy
     rclpy.init()
     results = {}
+    runs_passed = {name: 0 for name in args.scenarios}
+    runs = {name: [] for name in args.scenarios}
     tmp = tempfile.mkdtemp(prefix='safety_faults_')
     try:
-        for name in args.scenarios:
-            LAST_RIG[0] = None
-            t0 = time.monotonic()
-            try:
-                res = globals()['sc_' + name](tmp, args)
-            except Exception as exc:  # noqa: BLE001 - report and go on with the next one
-                res = {'passed': False, 'error': f'{type(exc).__name__}: {exc}'[:1500]}
-                if LAST_RIG[0] is not None:
-                    with open(LAST_RIG[0].sup.log_path) as f:
-                        res['supervisor_log'] = f.read()[-1500:]
-            res['seconds'] = round(time.monotonic() - t0, 1)
-            results[name] = res
-            print(f'{name}: {json.dumps(res)}', flush=True)
+        for k in range(args.repeat):
+            for name in args.scenarios:
+                LAST_RIG[0] = None
+                t0 = time.monotonic()
+                try:
+                    res = globals()['sc_' + name](tmp, args)
+                except Exception as exc:  # noqa: BLE001 - report and go on with the next one
+                    res = {'passed': False, 'error': f'{type(exc).__name__}: {exc}'[:1500]}
+                    if LAST_RIG[0] is not None:
+                        with open(LAST_RIG[0].sup.log_path) as f:
+                            res['supervisor_log'] = f.read()[-1500:]
+                res['seconds'] = round(time.monotonic() - t0, 1)
+                runs[name].append(res)
+                runs_passed[name] += int(bool(res.get('passed')))
+                # The summary keeps one result per scenario: a failed run if there was one.
+                if name not in results or not res.get('passed'):
+                    results[name] = res
+                print(f'{name} [{k + 1}/{args.repeat}]: {json.dumps(res)}', flush=True)
     finally:
         rclpy.try_shutdown()
     props = run_properties(args.property_cases) if args.property_cases > 0 else None
     if props:
         print(f'properties: {json.dumps(props)}', flush=True)
     ran = {k: v for k, v in results.items() if v.get('passed') is not None}
+    skipped = {k for k, v in results.items() if v.get('passed') is None}
     wd = [v['watchdog_latency_ms'] for v in results.values() if 'watchdog_latency_ms' in v]
     wd_in = [v['supervisor_trip_past_timeout_ms'] for v in results.values()
              if v.get('supervisor_trip_past_timeout_ms') is not None]
-    es = [x for v in results.values() for x in v.get('estop_latency_ms', [])]
+    es = [x for rs in runs.values() for v in rs for x in v.get('estop_latency_ms', [])]
     summary = {
         'scenarios': len(ran),
         'passed': sum(1 for v in ran.values() if v['passed']),
@@ -573,15 +990,23 @@ def main():
         'limit_violations': (results.get('far_beyond_limits', {}).get('limit_violations', 0)
                              + (1 if props and props['failure'] else 0)),
         'property_cases': props['cases'] if props else 0,
+        'property_supervisor_sequences': props['supervisor_sequences'] if props else 0,
+        'property_measurements': props['measurements_checked'] if props else 0,
         'property_failure': props['failure'] if props else None,
         'overrides': ARGS.overrides,
         'setup_resets': Rig.setup_resets,
         'supervisor_tick_ms': round(1e3 / float(param_file('', ARM).get('rate_hz', 500.0)), 3),
         'transport_allowance_ms': args.transport_ms,
+        'repeat': args.repeat,
+        'runs_passed': {k: v for k, v in runs_passed.items() if k not in skipped},
+        'fault_to_safe_ms_max': {k: max(v[key] for v in runs[k] if v.get(key) is not None)
+                                 for k in runs for key in FAULT_TIMES
+                                 if any(v.get(key) is not None for v in runs[k])},
     }
     print(json.dumps(summary))
+    all_runs = all(n == args.repeat for n in summary['runs_passed'].values())
     return 0 if summary['passed'] == summary['scenarios'] and not summary['limit_violations'] \
-        else 1
+        and all_runs else 1
 
 
 if __name__ == '__main__':

@@ -686,16 +686,23 @@ def test_late_tick_forwards_nothing_computed_from_old_state_and_is_counted():
         r.state()
         r.cmd()
         assert not r.sup.tick(r.t, wall=wall).safe
+    last = r.sup.last_forward[1].position.copy()
     r.t += 0.002
     wall += 0.030                            # the process was not scheduled for 30 ms
+    r.cmd(pos=(0.05, 0.0))                   # a command queued meanwhile: not forwarded
     out = r.sup.tick(r.t, wall=wall)
     assert out.safe and 'late' in out.reason
+    assert list(out.position) == list(last)  # the last output again, nothing new
     assert r.sup.status(r.t)['late_ticks'] == 1 and not r.sup.latched
     r.t += 0.002
     wall += 0.002
     r.state()
     r.cmd()
     assert not r.sup.tick(r.t, wall=wall).safe   # on time again: forwarding resumes
+    r.t += 0.002
+    wall += 0.2                              # stalled beyond the joint_states timeout
+    r.state()
+    assert r.sup.tick(r.t, wall=wall).safe and r.sup.latched and 'stalled' in r.sup.cause
 
 
 def test_clock_going_back_or_jumping_forward_is_an_estop():

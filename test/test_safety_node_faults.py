@@ -38,7 +38,7 @@ class Driver:
         self.node = rclpy.create_node('fault_driver')
         self.lock = threading.Lock()
         self.q = [0.0, 0.0, 0.0]
-        self.target = [0.05, 0.0, 0.0]
+        self.target = [0.03, 0.0, 0.0]     # 3 N*m: within stage 0.10's torque limit
         self.paused = False
         self.outputs = []         # (monotonic, JointState)
         self.beats = []           # (monotonic, DiagnosticStatus)
@@ -203,13 +203,27 @@ def test_stalled_supervisor_sends_nothing_computed_from_old_state(ros, tmp_path)
     try:
         with supervisor(tmp_path) as sup:
             forwarding(drv)
+            drv.target = [0.02, 0.0, 0.0]            # a new target is queued during the stall
+            wait_for(lambda: any(abs(m.position[0] - 0.02) < 1e-9 for _, m in drv.since(0.0)
+                                 if len(m.position)), 10, what='the first target forwarded')
+            stopped = drv.node.get_clock().now().nanoseconds * 1e-9
             os.kill(sup.proc.pid, signal.SIGSTOP)
+            drv.target = [0.03, 0.0, 0.0]            # sent during the stall, never forwarded
             time.sleep(0.06)  # noqa: the stall itself is what is tested
-            resumed = time.monotonic()
             os.kill(sup.proc.pid, signal.SIGCONT)
             wait_for(lambda: (drv.get('late_ticks') or 0) >= 1, 10, what='the late tick')
-            first = drv.since(resumed)[0][1]
-            assert len(first.position) == 0, first                   # safe, not a target
+            # Nothing is published during the stall: the first output stamped after it began
+            # was made after the resume (safe outputs carry the supervisor's time, forwarded
+            # ones the stamp of a command sent during the stall).
+            first = wait_for(lambda: next(
+                (m for _, m in drv.since(0.0)
+                 if m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 >= stopped), None),
+                5, what='an output after the stall')
+            before = [m for _, m in drv.since(0.0)
+                      if m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 < stopped]
+            # Nothing new: the last output repeated (or the safe mode), not a new target.
+            assert list(first.position) == list(before[-1].position), (first, before[-1])
+            assert abs(first.position[0] - 0.02) < 1e-9
             assert not drv.get('estop')
             forwarding(drv)                                          # and on it goes
     finally:

@@ -218,11 +218,24 @@ def supervisor_config():
         check_stamps=True))
 
 
-@settings(max_examples=max(CASES // 3, 20), deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
-@given(st.lists(event_st, min_size=1, max_size=60))
-def supervisor_property(events):
+def make_supervisor_property(examples, bench=False):
+    """Return the whole-supervisor property over `examples` event sequences."""
+    kwargs = dict(max_examples=examples, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+    if bench:
+        kwargs.update(phases=[Phase.generate, Phase.shrink])
+
+    @settings(**kwargs)
+    @given(st.lists(event_st, min_size=1, max_size=60))
+    def prop(events):
+        supervisor_sequence(events)
+    return prop
+
+
+def supervisor_sequence(events):
+    """Feed one sequence of events to a fresh supervisor; assert its contract throughout."""
     from simreal_ros.core.safety import Supervisor
+    STATS['sequences'] = STATS.get('sequences', 0) + 1
     sup = Supervisor(supervisor_config(), 0.0)
     t = 1.0
     changed = np.full(len(SUP_NAMES), np.nan)   # when each forwarded target last moved
@@ -296,7 +309,7 @@ def supervisor_property(events):
 
 def test_supervisor_output_respects_the_stage_limits_for_any_event_sequence():
     before = dict(STATS)
-    supervisor_property()
+    make_supervisor_property(max(CASES // 3, 20))()
     # The sequences reach both forwarding and the safe modes.
     assert STATS['sup_forwarded'] > before['sup_forwarded'], STATS
     assert STATS['sup_safe'] > before['sup_safe']

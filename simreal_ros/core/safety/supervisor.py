@@ -23,16 +23,18 @@ Rules, in the order a tick applies them:
 4. e-stop latched -> the safe mode output (`damping`: kp=0, kd>0, i.e. no positions and zero
    velocity targets; `hold`: the position at the trip, at the full torque limit whatever the
    stage; `zero_torque`: zero effort).
-5. not forwarding, not latched: the selected source (`policy` or `sysid`) never sent a
-   command or is stale, the tick itself came more than `late_tick_periods` late (a stalled
-   process: its state may be old), or forwarding would start (first command, or after a
+5. the tick itself came more than `late_tick_periods` late (a stalled process: its state may
+   be old): the last output is repeated unchanged (what the driver already executes) and
+   nothing new is computed; a stall longer than the `joint_states` timeout is an e-stop.
+6. not forwarding, not latched: the selected source (`policy` or `sysid`) never sent a
+   command or is stale, or forwarding would start (first command, or after a
    safe spell) with a command that fails the reset checks (`reset_tolerance`,
    `reset_velocity_tolerance`). The output is the safe sequence: for `stale_hold_s` after the
    last forwarded output the policy's last target is held (re-filtered with the new state; a
    walking robot keeps its stance through a brief hiccup: `grace_holds` counts it), then the
    safe mode output. Forwarding resumes when a fresh command arrives; after the safe mode
    output it must pass the reset checks first.
-6. otherwise its latest command is filtered (limits.filter_command) with the current state and
+7. otherwise its latest command is filtered (limits.filter_command) with the current state and
    the source's scale; every clip is counted.
 
 Stages measure trust in the policy: the stage scale applies to `policy` commands, and limit
@@ -620,6 +622,12 @@ class Supervisor:
                     self.events.append((now, late))
             if count:
                 self.max_tick_gap = max(self.max_tick_gap, gap)
+                if gap > self.cfg.timeouts['joint_states'] and self.q is not None:
+                    # Longer than the state watchdog: the driver has had no command for as
+                    # long, and has damped. Resuming on its own is not this supervisor's call.
+                    self._trip(f'supervisor stalled for {gap * 1e3:.0f} ms (longer than '
+                               'joint_states_timeout_s): the robot was without supervision', now,
+                               fault='watchdog')
         if count and wall is not None:
             self._last_wall = wall
         if self._last_now is not None and now < self._last_now - 1e-6 and self.q is not None:
@@ -645,7 +653,7 @@ class Supervisor:
                 self.events.append((now, f'{self.mode} stale -> safe mode: {stale}'))
             return self._not_forwarding(now, f'{self.mode} stale: {stale}', fault='watchdog')
         if late is not None:
-            return self._not_forwarding(now, late, recover=False)
+            return self._late_output(now, late)
         if self.recover:
             problems = self._reset_problems(now)
             if problems:
@@ -708,6 +716,17 @@ class Supervisor:
         self.previous_target[:] = np.nan
         self.previous_rate[:] = np.nan
         self.last_forward = None
+
+    def _late_output(self, now, reason):
+        """A late tick: repeat the last output unchanged (what the driver already executes),
+        compute nothing new from what may be old state; without one, the safe mode output."""
+        self.stage.accrue(now, False)
+        if self.last_forward is None:
+            return self._safe_output(now, reason)
+        out = self.last_forward[1]
+        self.safe_reason = f'repeating the last output ({reason})'
+        return Output([self.names[i] for i in out.index], out.position, out.velocity,
+                      out.effort, True, self.safe_reason)
 
     def _not_forwarding(self, now, reason, fault=None, recover=True):
         """Return the safe sequence's output while nothing may be forwarded (not latched).
