@@ -5,7 +5,7 @@ separate processes in real time, started by service calls, compared with the hid
     .venv/bin/python bench/sysid_ros.py                       # arm3, every joint
     .venv/bin/python bench/sysid_ros.py --joints elbow_pitch  # one joint (about 50 s)
 
-Each node runs as `simreal sysid <kind>` does (estop, select sysid, start, reset, wait for the
+Each node runs as `simreal sysid <kind>` does (policy off, select sysid, start, wait for the
 result on sysid/result). Reported per parameter: the estimate, its 95 % interval, the relative
 error against the plant truth of the robot config and whether the interval covers it.
 

@@ -255,8 +255,9 @@ def cmd_sysid(args, ros):
         for line in sysid_client.format_result(result):
             print(line)
         code |= 0 if result.get('ok') else 1
-    print('safety_supervisor is left forwarding sysid (idle: safe mode); `simreal estop` and '
-          'select the policy again before `simreal enable`')
+    ok, message = sysid_client.select_source(ros, 'policy')
+    print(f'safety_supervisor: {message}' + ('; `simreal enable` starts the policy' if ok
+                                             else ''))
     return code
 
 

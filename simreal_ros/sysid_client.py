@@ -6,10 +6,11 @@ The interfaces used (relative to the graph's namespace; see simreal_ros.nodes.sy
   `<kind>_id/progress` (`experiment`, `joint`, `phase`, `percent`, `time_left_s`; phase `done`
   or `aborted` at the end); the result as YAML text, latched, on `sysid/result` (shared by the
   three nodes; `experiment` tells which).
-- safety_supervisor forwards one source: a SysID run is `safety/estop`,
-  `safety/select_sysid true`, `<kind>_id/start` (the node holds the pose while the e-stop is
-  latched), `safety/reset` (which needs those fresh commands near the measured pose). This
-  client never publishes commands itself.
+- safety_supervisor forwards one source and switches only while it forwards nothing: a SysID
+  run is `policy_runner/enable false` (when a policy is forwarded), `safety/select_sysid
+  true`, `<kind>_id/start`; forwarding starts with the node's first commands near the
+  measured state. A latched e-stop is never released here: the run is refused until the
+  operator resets it. This client never publishes commands itself.
 - sim_bridge: per-joint parameters `joints.<joint>.damping|frictionloss|armature` (+
   `_half_width`) and `latency_s`; `sim_bridge/evaluate_gap` (Trigger; the result JSON latched on
   `sim_bridge/gap`, nominal and identified model); `sim_bridge/export` (Trigger, JSON paths).
@@ -56,17 +57,33 @@ def reset_until(ros, timeout=15.0):
         time.sleep(0.2)   # the refusal names a stale input: give it a few ticks
 
 
-def select_source(ros, source):
-    """Make safety_supervisor forward `source` ('policy'/'sysid'): estop, select, reset.
+def _state(ros):
+    from simreal_ros.cli import safety_state
+    return safety_state(ros)
 
-    The reset needs fresh commands from that source near the measured pose. Returns
-    (ok, message).
+
+def select_source(ros, source, timeout=10.0):
+    """Make safety_supervisor forward `source` ('policy'/'sysid'); return (ok, message).
+
+    The supervisor switches only while it forwards nothing: for 'sysid' the policy is switched
+    off first (when policy_runner runs) and its output allowed to go safe; for 'policy' the
+    SysID source must be idle. An e-stop stays as it is (a reset is the operator's call).
     """
-    ros.trigger('safety/estop', 'safety_supervisor')
+    from simreal_ros.cli import Missing
+    state = _state(ros)
+    if state.get('mode') == source:
+        return True, f'already forwarding {source}'
+    if state.get('output') == 'forwarding':
+        if source == 'sysid':
+            try:
+                ros.set_bool('policy_runner/enable', False, 'policy_runner')
+            except Missing:
+                pass
+        deadline = time.monotonic() + timeout
+        while _state(ros).get('output') == 'forwarding' and time.monotonic() < deadline:
+            time.sleep(0.05)   # the policy's commands go stale within its timeout
     resp = ros.set_bool('safety/select_sysid', source == 'sysid', 'safety_supervisor')
-    if not resp.success:
-        return False, resp.message
-    return reset_until(ros)
+    return resp.success, resp.message
 
 
 def run(ros, node, joints=None, timeout=900.0, progress=None):
@@ -83,13 +100,15 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
     sub_p = ros.node.create_subscription(String, _join(ros, PROGRESS_TOPIC.format(node=node)),
                                          lambda m: updates.append(m.data), 10)
     try:
-        # estop -> select_sysid -> start (the node holds the pose) -> reset: the reset needs
-        # fresh sysid commands near the measured pose, which the started node provides.
         ros.wait_service(f'{node}/start', node)
-        ros.trigger('safety/estop', 'safety_supervisor')
-        resp = ros.set_bool('safety/select_sysid', True, 'safety_supervisor')
-        if not resp.success:
-            return {'ok': False, 'node': node, 'message': f'safety_supervisor: {resp.message}'}
+        state = _state(ros)
+        if state.get('estop'):
+            return {'ok': False, 'node': node, 'message': (
+                f'e-stop latched ({state.get("estop_cause")}): reset it first (simreal reset); '
+                'a SysID run never releases an e-stop')}
+        ok, message = select_source(ros, 'sysid')
+        if not ok:
+            return {'ok': False, 'node': node, 'message': f'safety_supervisor: {message}'}
         t_start = time.monotonic()
         # A node just started may not have seen joint_states or the latched safety/state yet,
         # and sees the new mode a moment later: those refusals are retried for 10 s.
@@ -104,10 +123,6 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
             return {'ok': False, 'node': node, 'message': resp.message}
         if progress:
             progress(0.0, resp.message)
-        ok, message = reset_until(ros)
-        if not ok:
-            ros.trigger(f'{node}/abort', node)
-            return {'ok': False, 'node': node, 'message': f'safety_supervisor: {message}'}
         deadline = t_start + timeout
         while time.monotonic() < deadline:
             fresh = [_parse(d) for t, d in results if t > t_start]
