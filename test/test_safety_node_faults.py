@@ -242,3 +242,72 @@ def test_use_sim_time_cannot_change_at_run_time(ros, tmp_path):
             assert 'read-only' in reply.results[0].reason
     finally:
         drv.close()
+
+
+def test_driver_damps_when_the_supervisor_falls_silent(ros, tmp_path):
+    """sim_robot (a driver) after a heartbeat was heard: its loss damps every joint and
+    commands without it are refused; a killed supervisor leaves the robot damped."""
+    node = rclpy.create_node('fake_supervisor')
+    beat = node.create_publisher(DiagnosticStatus, 'safety/heartbeat', COMMAND_QOS)
+    cmd = node.create_publisher(JointState, 'hardware/command', COMMAND_QOS)
+    states = []
+    node.create_subscription(String, 'driver/state', lambda m: states.append(
+        (time.monotonic(), json.loads(m.data))), LATCHED_QOS)
+    diags = []
+    node.create_subscription(DiagnosticArray, '/diagnostics', lambda m: diags.extend(
+        s for s in m.status if s.name.startswith('sim_robot')), 10)
+    spinner = Spinner(node)
+    stop = threading.Event()
+    beating = threading.Event()
+    beating.set()
+
+    def loop():
+        while not stop.is_set():
+            if beating.is_set():
+                beat.publish(DiagnosticStatus(message='forwarding'))
+            cmd.publish(JointState(name=NAMES, position=[0.1, 0.0, 0.0]))
+            stop.wait(0.005)
+    thread = threading.Thread(target=loop, daemon=True)
+    try:
+        with NodeProcess('sim_robot', params_file=ARM) as sim:
+            thread.start()
+            wait_for(lambda: states and states[-1][1]['cause'] == 'commanded', 30,
+                     what='sim_robot commanded')
+            lost = time.monotonic()
+            beating.clear()                    # commands go on, the heartbeat stops
+            wait_for(lambda: states[-1][1]['damped'] and 'heartbeat' in states[-1][1]['cause'],
+                     5, what='damping after the heartbeat stopped')
+            assert states[-1][0] - lost < 0.1 + 0.1   # command_timeout_s + a watch period
+            wait_for(lambda: any(int(dict((kv.key, kv.value) for kv in d.values).get(
+                'commands_without_heartbeat', 0)) > 0 for d in diags), 5,
+                what='commands refused while the heartbeat was lost')
+            beating.set()
+            wait_for(lambda: states[-1][1]['cause'] == 'commanded', 5, what='obeyed again')
+            assert sim.proc.poll() is None
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        spinner.stop()
+
+
+@pytest.mark.parametrize('signals', [('SIGTERM',), ('SIGINT', 'SIGINT')])
+def test_supervisor_says_goodbye_with_its_safe_output(ros, tmp_path, signals):
+    """SIGTERM, or the two SIGINTs of a launch without a terminal: the last command is the
+    safe output, the exit is clean (code 0, no traceback)."""
+    drv = Driver()
+    try:
+        sup = supervisor(tmp_path)
+        with sup:
+            forwarding(drv)
+            for name in signals:
+                os.kill(sup.proc.pid, getattr(signal, name))
+            code = sup.proc.wait(timeout=15)
+            wait_for(lambda: any(len(m.position) == 0 for _, m in drv.since(0.0)), 5,
+                     what='a safe output on the way down')
+            last = drv.since(0.0)[-1][1]
+            assert len(last.position) == 0 and all(v == 0.0 for v in last.velocity), last
+            out = sup.output()
+            assert code == 0 and 'finished cleanly' in out, out[-2000:]
+            assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out[-2000:]
+    finally:
+        drv.close()

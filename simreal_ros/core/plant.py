@@ -320,6 +320,16 @@ class SimPlant:
         kp, q_t, kd, dq_t, ff = active.terms
         return ff + kp * (q_t - q) + kd * (dq_t - dq)
 
+    @property
+    def damped(self):
+        """True while every joint is on the damping fallback (no fresh command)."""
+        return bool(self._timed_out.all())
+
+    def expire_all(self):
+        """Drop every joint's command now: damping until new commands arrive."""
+        self._active.updated[:] = -np.inf
+        self._queue = []
+
     def _expire(self, active, t):
         """Joints whose command is older than command_timeout get damping (kp=0, kd>0)."""
         if t - active.updated.min() <= self.command_timeout and not self._timed_out.any():

@@ -46,37 +46,88 @@ def stamp_to_sec(stamp):
     return stamp.sec + stamp.nanosec * 1e-9
 
 
+class _Stop:
+    """SIGINT/SIGTERM handling that leaves the ROS context up until the node has shut down.
+
+    rclpy's own handlers shut the context down inside the signal, after which a node can no
+    longer publish (the supervisor's last, safe output would be lost) and a second signal
+    interrupts destroy_node with a traceback. Here the first signal only asks the spin loop to
+    stop; later ones (launch sends SIGINT twice when it has no terminal) are noted and ignored.
+    """
+
+    def __init__(self):
+        import signal
+        self.signal = None
+        self.previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signal is None:
+            self.signal = signum
+
+    def restore(self):
+        import signal
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 def run(node_class, args=None):
-    """Spin one node; configuration errors exit 2 with a clear line.
+    """Spin one node; configuration errors exit 2 with a clear line; signals stop it cleanly.
 
     A SingleThreadedExecutor: with rclpy 9 (Kilted) a MultiThreadedExecutor starved a 500 Hz
     timer and the subscriptions sharing its callback group as soon as messages arrived
     (sim_robot fell from 500 to ~5 ticks/s, commands were lost). No node makes blocking calls
     inside callbacks (services answer at once, SysID maths runs in a worker thread), so one
     thread serves them all, in arrival order.
+
+    On SIGINT or SIGTERM (once or more), and when a callback raises, the spin ends and, while
+    the context is still valid, the node's `before_shutdown()` runs (safety_supervisor
+    publishes its safe output there); then the node is destroyed and the process exits 0 on a
+    signal, 1 on an error.
     """
-    rclpy.init(args=args)
+    from rclpy.signals import SignalHandlerOptions
+    stop = _Stop()
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     executor = None
     code = 0
+    name = getattr(node_class, 'NODE_NAME', node_class.__name__)
     try:
         node = node_class()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        executor.spin()
+        # Short waits: a Python signal handler runs only when the wait returns.
+        while stop.signal is None and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
     except ConfigError as exc:
-        name = getattr(node_class, 'NODE_NAME', node_class.__name__)
         print(f'[{name}] configuration error: {exc}', file=sys.stderr, flush=True)
         code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except Exception:  # noqa: BLE001 - a signal may shut the context down mid-spin
+    except Exception:  # noqa: BLE001 - a callback failed: safe output, then report and exit
         if rclpy.ok():
-            raise
+            import traceback
+            traceback.print_exc()
+            code = 1
     finally:
+        _before_shutdown(node, name)
         if executor is not None:
             executor.shutdown(timeout_sec=1.0)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+        stop.restore()
+    if stop.signal is not None and code == 0:
+        print(f'[{name}] finished cleanly', file=sys.stderr, flush=True)
     return code
+
+
+def _before_shutdown(node, name):
+    hook = getattr(node, 'before_shutdown', None)
+    if hook is None or not rclpy.ok():
+        return
+    try:
+        hook()
+    except Exception as exc:  # noqa: BLE001 - shutting down regardless, but say so
+        print(f'[{name}] before_shutdown failed: {exc}', file=sys.stderr, flush=True)

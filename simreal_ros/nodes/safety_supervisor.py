@@ -41,7 +41,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.clock import ClockChange, JumpThreshold
+from rclpy.clock import Clock, ClockChange, ClockType, JumpThreshold
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -134,6 +134,7 @@ class SafetySupervisor(Node):
         self._array_hold = None
         self._lock = threading.Lock()
         self._last_output_kind = None
+        self._sent_any = False
         self.writer = RecordWriter(self.core.stage.pending, self.core.stage.written, self._lock)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._jump_handler = self.get_clock().create_jump_callback(
@@ -169,8 +170,10 @@ class SafetySupervisor(Node):
         self.create_timer(cfg.period_s, self._tick, callback_group=control)
         self.create_timer(1.0 / p['state_rate_hz'], self._publish_state, callback_group=services)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=services)
+        # A liveness signal of this process: on the steady clock, whatever ROS time does (a
+        # lockstep simulation freezes simulated time while it waits for a command).
         self.create_timer(1.0 / p['heartbeat_rate_hz'], self._publish_heartbeat,
-                          callback_group=control)
+                          callback_group=control, clock=Clock(clock_type=ClockType.STEADY_TIME))
         for text in self.core.stage.warnings:
             self.get_logger().warning(text)
         self.get_logger().info(
@@ -349,6 +352,7 @@ class SafetySupervisor(Node):
         # Safe-mode outputs are the supervisor's own, stamped now.
         stamp = out.stamp if out.stamp is not None and not out.safe else now
         msg.header.stamp = Time(nanoseconds=int(round(stamp * 1e9))).to_msg()
+        self._sent_any = True
         msg.name = list(out.names)
         for key in ('position', 'velocity', 'effort'):
             value = getattr(out, key)
@@ -531,6 +535,26 @@ class SafetySupervisor(Node):
         out = DiagnosticArray(status=[st])
         out.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(out)
+
+    def before_shutdown(self, repeats=3):
+        """Latch the e-stop and publish the safe output a few times before the process ends.
+
+        Called by run() on SIGINT/SIGTERM and when a callback raised, while the context is
+        still valid: the driver's last command from this supervisor is then its safe output
+        (a driver must still damp on silence: SIGKILL or a power cut skip this).
+        """
+        if not self._sent_any:
+            return      # the driver never heard from this supervisor: nothing to take back
+        now = self._now()
+        with self._lock:
+            out = self.core.estop('supervisor shutting down', now)
+        for k in range(repeats):
+            with self._lock:
+                self._send(out if out is not None else self.core.tick(now, count=False), now)
+            if k < repeats - 1:
+                time.sleep(0.002)
+        self._log_events()
+        self._publish_heartbeat()
 
     def destroy_node(self):
         self.writer.stop()      # one last write of the stage record

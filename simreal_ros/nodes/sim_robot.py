@@ -14,8 +14,13 @@ Topics: subscribes `hardware/command` (sensor_msgs/JointState, by name: position
 kp*(q_t - q); velocity targets (0 when positions are given) -> kd*(dq_t - dq); effort ->
 feed-forward torque; no positions but velocities = damping); publishes `joint_states` (effort is
 the torque actually applied), `imu` (floating-base models), `/clock` (when `publish_clock`),
-`/diagnostics`.
+`/diagnostics`, and `driver/state` (latched JSON on every change: `damped`, `cause`).
+
+Like a hardware driver must, it treats a silent supervisor as an e-stop: a joint without a new
+command for `command_timeout_s` is damped, and once `safety/heartbeat` has been heard, its loss
+for `command_timeout_s` damps every joint and refuses commands until it comes back.
 """
+import json
 import threading
 import time
 
@@ -27,10 +32,12 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import String
 
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import PlantTruth, SimPlant
-from simreal_ros.nodes.common import (COMMAND_QOS, SENSOR_PUB_QOS, declare, run)
+from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_PUB_QOS, declare,
+                                      run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -72,7 +79,11 @@ class SimRobot(Node):
         self._lockstep_init(p)   # lockstep mode (issue 6): implies publish_clock
         self.model_path = model_path
 
-        self.counters = dict(commands_received=0, commands_rejected=0, ticks=0, overruns=0)
+        self.counters = dict(commands_received=0, commands_rejected=0, ticks=0, overruns=0,
+                             commands_without_heartbeat=0, heartbeat_losses=0)
+        self.command_timeout = p['command_timeout_s']
+        self._heartbeat = None      # steady time of the supervisor's last heartbeat
+        self._driver_state = None   # (damped, cause) last published on driver/state
         self.last_reject = ''
         self._lock = threading.Lock()
         self._wall_last = None
@@ -91,6 +102,11 @@ class SimRobot(Node):
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(JointState, 'hardware/command', self._on_command, COMMAND_QOS,
                                  callback_group=group)
+        # A silent supervisor is an e-stop (docs/real_robot.md): once its heartbeat has been
+        # heard, losing it for command_timeout_s damps every joint until it comes back.
+        self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
+                                 COMMAND_QOS, callback_group=group)
+        self.pub_driver = self.create_publisher(String, 'driver/state', LATCHED_QOS)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._running = True
         if self.lockstep:
@@ -102,6 +118,7 @@ class SimRobot(Node):
             self._thread = threading.Thread(target=self._free_run, daemon=True)
             self._thread.start()
         self.create_timer(1.0, self._publish_diagnostics, clock=self._steady)
+        self.create_timer(0.02, self._watch_supervisor, callback_group=group, clock=self._steady)
         self._diag_last = (time.monotonic(), 0, self.plant.time)
         self.get_logger().info(
             f'{model_path.name}: {self.plant.n} joints {self.plant.names}, physics '
@@ -165,8 +182,38 @@ class SimRobot(Node):
         return list(value) if value is not None else []
 
     # -- commands -------------------------------------------------------------------------
+    def _on_heartbeat(self, msg):
+        self._heartbeat = time.monotonic()
+
+    def _heartbeat_lost(self):
+        return (self._heartbeat is not None
+                and time.monotonic() - self._heartbeat > self.command_timeout)
+
+    def _watch_supervisor(self):
+        """Damp everything while the supervisor's heartbeat is lost; report driver/state."""
+        lost = self._heartbeat_lost()
+        with self._lock:
+            if lost and not self.plant.damped:
+                self.plant.expire_all()
+                self.counters['heartbeat_losses'] += 1
+            damped = self.plant.damped
+        self._report_driver_state(damped, lost)
+
+    def _report_driver_state(self, damped, lost=None):
+        lost = self._heartbeat_lost() if lost is None else lost
+        cause = ('safety/heartbeat lost' if lost else
+                 f'no command for {self.command_timeout:g} s' if damped else 'commanded')
+        if self._driver_state == (damped, cause):
+            return
+        self._driver_state = (damped, cause)
+        self.pub_driver.publish(String(data=json.dumps({'damped': damped, 'cause': cause})))
+
     def _on_command(self, msg):
         self.counters['commands_received'] += 1
+        if self._heartbeat_lost():
+            # A supervisor that stopped beating does not command; whoever sends this is not it.
+            self.counters['commands_without_heartbeat'] += 1
+            return
         try:
             cmd = self.plant.make_command(msg.name, msg.position, msg.velocity, msg.effort)
         except ValueError as exc:
@@ -232,7 +279,10 @@ class SimRobot(Node):
                                    + self._periods_done * self.period / max(self.rtf, 1e-9))
                 self._pending = (self.plant.measure(),
                                  self._wall_last if self.rtf > 0 else None)
+                damped = self.plant.damped
             self.counters['ticks'] += 1
+            if self._driver_state is None or damped != self._driver_state[0]:
+                self._report_driver_state(damped)
 
     def _publish_safely(self, reading, wall=None):
         try:
