@@ -151,8 +151,9 @@ def test_auto_advance_promotes_one_stage_per_clean_dwell_and_records_it(ros, tmp
         assert seen == [0.1, 0.25, 0.5], seen      # one stage at a time, none skipped
         times = [t for t, _ in stages]
         assert times[2] - times[1] >= dwell - 0.2  # each after a clean dwell (state at 10 Hz)
-        record = json.loads((tmp_path / 'stages.json').read_text())
-        assert record['highest'] == 0.5
+        # The record is written off the control path, by a thread of its own: soon after.
+        record = wait_for(lambda: (lambda r: r if r['highest'] == 0.5 else None)(
+            json.loads((tmp_path / 'stages.json').read_text())), 5, what='the record')
         moves = [t for t in record['transitions'] if t['from'] != t['to']]   # not 'start'
         assert [(t['from'], t['to']) for t in moves] == [(0.1, 0.25), (0.25, 0.5)], record
         assert all('auto' in t['cause'] for t in moves), record

@@ -46,7 +46,6 @@ from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.time import Time
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
@@ -351,13 +350,16 @@ class SafetySupervisor(Node):
         # (which steps on a command stamped >= its time) step on a re-sent old command.
         # Safe-mode outputs are the supervisor's own, stamped now.
         stamp = out.stamp if out.stamp is not None and not out.safe else now
-        msg.header.stamp = Time(nanoseconds=int(round(stamp * 1e9))).to_msg()
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(round(stamp * 1e9)),
+                                                                1_000_000_000)
         self._sent_any = True
-        msg.name = list(out.names)
-        for key in ('position', 'velocity', 'effort'):
-            value = getattr(out, key)
-            if value is not None:
-                setattr(msg, key, [float(v) for v in value])
+        msg.name = out.names
+        if out.position is not None:
+            msg.position = out.position.tolist()
+        if out.velocity is not None:
+            msg.velocity = out.velocity.tolist()
+        if out.effort is not None:
+            msg.effort = out.effort.tolist()
         self.pub_cmd.publish(msg)
         if self.pub_array is not None:
             self._send_array(out)
@@ -397,6 +399,8 @@ class SafetySupervisor(Node):
                                                        for n in self.array_order]))
 
     def _log_events(self):
+        if not self.core.events:    # the common case, every tick: no lock, nothing to do
+            return
         with self._lock:
             events, self.core.events = self.core.events, []
         if events:
