@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+from simreal_ros.core.files import temporary_name
+
 # topic -> (type name, qos name in simreal_ros.nodes.common or a depth)
 SESSION_TOPICS = {
     'policy/command': ('sensor_msgs/msg/JointState', 'RECORD'),
@@ -78,7 +80,12 @@ def msg_definition(type_name):
 
 
 class SessionRecorder:
-    """Subscribe (raw CDR) to the session topics of `node` and write them to an MCAP file."""
+    """Subscribe (raw CDR) to the session topics of `node` and write them to an MCAP file.
+
+    The file is written under a hidden temporary name beside `path` and renamed to `path` when
+    the recording is closed complete: a reader (sim_bridge looking for the newest recording)
+    never sees half a file.
+    """
 
     def __init__(self, node, path, namespace='', topics=None):
         from mcap.writer import Writer
@@ -86,7 +93,8 @@ class SessionRecorder:
         from simreal_ros.nodes import common
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, 'wb')
+        self._tmp = temporary_name(self.path)
+        self._file = open(self._tmp, 'wb')
         self._writer = Writer(self._file)
         self._writer.start(profile='ros2', library='simreal_ros')
         self._lock = threading.Lock()
@@ -138,7 +146,10 @@ class SessionRecorder:
         with self._lock:
             if self._writer is not None:
                 self._writer.finish()
+                self._file.flush()
+                os.fsync(self._file.fileno())
                 self._file.close()
+                os.replace(self._tmp, self.path)
                 self._writer = None
         return dict(self.counts)
 

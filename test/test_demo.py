@@ -134,7 +134,11 @@ def test_session_recording_is_a_recording_sim_bridge_reads(tmp_path):
         m.header.stamp = rclpy.time.Time(seconds=0.61).to_msg()
         cmd.publish(m)
         wait_for(lambda: rec.counts['/hardware/command'] >= 61, 5, what='command after resume')
+        # Until it is closed, the recording is not where readers look for complete files.
+        from simreal_ros.core.bridge.recording import latest_recording
+        assert not (tmp_path / 'session.mcap').exists() and latest_recording(tmp_path) is None
         counts = rec.close()
+        assert latest_recording(tmp_path) == str(tmp_path / 'session.mcap')
         spin.stop()
         source.destroy_node()
     finally:
