@@ -16,6 +16,7 @@ Parts, each usable alone:
 - `SafetyProbe`: the policy side on `policy/command`, every `hardware/command` with its arrival
   time, the latched `safety/state` and the supervisor's services.
 - `Recorder`: every message on a topic with its arrival time (`Rig.watch`).
+- `stand_in_policy`: the generated arm3 ONNX policy (nothing binary is committed).
 - `Rig`: sim_robot + safety_supervisor (+ policy_runner) processes with a probe and recorders
   of `joint_states` and `imu`; `with Rig(...)` tears it all down.
 
@@ -142,6 +143,16 @@ class Spinner:
         self.thread.join(timeout=2)
         self.executor.remove_node(self.node)
         self.node.destroy_node()
+
+
+def stand_in_policy(path, nan_gate=None):
+    """Write the generated arm3 stand-in policy (scripts/onnx_policies.py) to `path`."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'onnx_policies', (REPO or Path('.')) / 'scripts' / 'onnx_policies.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.arm3(str(path), nan_gate=nan_gate)
 
 
 def record_qos():
@@ -376,6 +387,11 @@ class Rig:
             return future.result()
         finally:
             self.node.destroy_client(client)
+
+    def enable_policy(self, value=True):
+        """Call policy_runner/enable (SetBool); return the response."""
+        from std_srvs.srv import SetBool
+        return self.service(SetBool, 'policy_runner/enable', SetBool.Request(data=bool(value)))
 
     def wait_steady(self, window=1.0, max_gap=0.05, timeout=60.0):
         """Wait until joint_states arrive steadily (no gap over `max_gap` in `window` s)."""
