@@ -28,7 +28,6 @@ import time
 REPO = Path(__file__).resolve().parents[1]
 G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
 CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
-sys.path.insert(0, str(REPO / 'test'))
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
 
@@ -61,7 +60,7 @@ def main():
     import rclpy
     from geometry_msgs.msg import PoseStamped
     from rclpy.qos import QoSProfile, ReliabilityPolicy
-    from rosproc import NodeProcess, wait_for
+    from simreal_ros.client.rig import NodeProcess, wait_for
     from sensor_msgs.msg import JointState
     from std_srvs.srv import SetBool
 
@@ -125,7 +124,7 @@ def main():
     node.create_subscription(String, 'safety/state', lambda m: safety.append(m.data),
                              LATCHED_QOS)
     enable = node.create_client(SetBool, 'policy_runner/enable')
-    from rosproc import Spinner
+    from simreal_ros.client.rig import Spinner
     spinner = Spinner(node)
 
     procs = []
@@ -250,7 +249,7 @@ def main():
 def read_runner_diagnostics(node, proc, timeout=5.0):
     """Return the next policy_runner diagnostics key/values."""
     from diagnostic_msgs.msg import DiagnosticArray
-    from rosproc import wait_for
+    from simreal_ros.client.rig import wait_for
     got = {}
 
     def on_diag(msg):

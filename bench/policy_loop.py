@@ -29,7 +29,6 @@ import time
 REPO = Path(__file__).resolve().parents[1]
 G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
 CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
-sys.path.insert(0, str(REPO / 'test'))
 sys.path.insert(0, str(REPO / 'scripts'))
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
@@ -89,7 +88,7 @@ def main():
     import onnx_policies
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
-    from rosproc import NodeProcess, Spinner, wait_for
+    from simreal_ros.client.rig import NodeProcess, Spinner, wait_for
     from std_msgs.msg import Header
     from std_srvs.srv import SetBool
     import yaml

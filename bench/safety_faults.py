@@ -8,8 +8,12 @@ the G1 for the tilt trip) and observes them from the outside over DDS: `hardware
 reaches the robot), `safety/state`, `joint_states`. Scenarios: policy process killed,
 joint_states stopped (sim_robot frozen with SIGSTOP), NaN commands, a command far beyond the
 limits, e-stop during motion, reset refused with a stale input, stage promotion too early, base
-tilt trip on the G1 (left without a policy, it falls). Then the hypothesis property of the
-limit filter runs over >= 100k cases.
+tilt trip on the G1 (left without a policy, it falls); then the faults of issue 13: glitched and
+duplicated joint_states, the supervisor sent SIGTERM, SIGKILL (the driver must damp) or stopped,
+an unwritable stage record, a clock jump, dwell while nothing is forwarded, two SysID senders,
+a SysID start during an e-stop, a changed stage list, a cmd_vel that stops. `--repeat N` runs
+them N times. Then the hypothesis property of the limit filter runs over >= 100k cases, and the
+whole supervisor over event sequences with glitched, duplicated and missing measurements.
 
 Latencies (all processes share the host clock): e-stop = service request sent (observer clock)
 -> the header stamp of the first safe hardware/command (the supervisor's clock when it published
@@ -31,11 +35,13 @@ import tempfile
 import threading
 import time
 
+from simreal_ros.client.rig import (ARM3 as ARM, is_safe, Rig, SafetyProbe, stand_in_policy,
+                                    wait_for)
+from simreal_ros.core.config import load_node_params
+
 REPO = Path(__file__).resolve().parents[1]
-ARM = REPO / 'config' / 'robots' / 'arm3.yaml'
 G1_CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
 G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
-sys.path.insert(0, str(REPO / 'test'))
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 ARM_NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
 ARGS = argparse.Namespace(overrides={})
@@ -47,133 +53,21 @@ SCENARIOS = ('policy_killed', 'joint_states_stopped', 'nan_commands', 'far_beyon
              'stage_record_unwritable', 'clock_jump', 'dwell_while_not_forwarding',
              'concurrent_sysid', 'sysid_during_estop', 'stage_list_changed',
              'cmd_vel_timeout')
-
-
 # Each scenario's time from the fault to the safe output (or the driver's damping), by key.
 FAULT_TIMES = ('fault_to_safe_ms', 'signal_to_safe_ms', 'kill_to_driver_damped_ms',
                'estop_to_safe_ms', 'jump_to_safe_ms')
 
 
-def param_file(node, robot_yaml, name='safety_supervisor'):
-    """Return the supervisor's parameters from a robot file ('/**' merged)."""
-    from simreal_ros.core.config import load_node_params
-    return load_node_params(robot_yaml, name)
-
-
-class Rig:
-    """sim_robot + safety_supervisor processes and an observer node for one scenario."""
-
-    def __init__(self, tmp, robot=ARM, names=ARM_NAMES, overrides=None, supervisor_first=False,
-                 sim_params=None):
-        import rclpy
-        from sensor_msgs.msg import Imu, JointState
-        from rosproc import NodeProcess
-        from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS
-        from test_safety_node import SafetyProbe
-        self.params = param_file('safety_supervisor', robot)
-        over = {'stage_file': str(Path(tmp) / f'stages-{time.time_ns()}.json')}
-        over.update(overrides or {})
-        self.params.update(over)
-        self.period = 1.0 / float(self.params.get('rate_hz', 500.0))
-        self.probe = SafetyProbe(names, name=f'safety_bench_{time.time_ns()}')
-        node = self.probe.node
-        self.lock = threading.Lock()
-        self.js_times, self.js, self.policy_times, self.imu = [], [], [], []
-        self.js_stamps = []
-        node.create_subscription(JointState, 'joint_states', self._js, SENSOR_SUB_QOS)
-        node.create_subscription(JointState, 'policy/command', self._policy, COMMAND_QOS)
-        node.create_subscription(Imu, 'imu', self._imu, SENSOR_SUB_QOS)
-        self.rclpy = rclpy
-        over.update(ARGS.overrides)
-        self.params.update(ARGS.overrides)
-        # Bring-up order of a real robot: the driver streams steadily, then the supervisor
-        # starts (a driver's start-up stall would otherwise be a true stale-input e-stop).
-        # The G1 falls without commands, so there the supervisor is up first (it waits).
-        self.procs = []
-        if supervisor_first:
-            self.sup = NodeProcess('safety_supervisor', params_file=robot, params=over)
-            self.procs.append(self.sup)
-            from rosproc import wait_for
-            wait_for(lambda: self.probe.get('output') == 'waiting', 60, what='supervisor up')
-        # The robot stands from the start (no gantry): a scenario may let it fall.
-        self.sim = NodeProcess('sim_robot', params_file=robot,
-                               params={'hold_until_command': False, **(sim_params or {})})
-        self.procs.append(self.sim)
-        if not supervisor_first:
-            self.wait_steady()
-            self.sup = NodeProcess('safety_supervisor', params_file=robot, params=over)
-            self.procs.append(self.sup)
-        LAST_RIG[0] = self
-
-    def wait_steady(self, window=1.0, max_gap=0.05, timeout=60.0):
-        from rosproc import wait_for
-
-        def steady():
-            now = time.monotonic()
-            with self.lock:
-                recent = [t for t in self.js_times if t > now - window]
-            if len(recent) < 10 or recent[0] > now - window + max_gap:
-                return False
-            gaps = [b - a for a, b in zip(recent, recent[1:])] + [now - recent[-1]]
-            return max(gaps) < max_gap
-        wait_for(steady, timeout, interval=0.05, what='steady joint_states from sim_robot')
-
-    def _js(self, msg):
-        with self.lock:
-            self.js_times.append(time.monotonic())
-            self.js.append((self.js_times[-1], list(msg.position)))
-            self.js_stamps.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)
-
-    def _policy(self, msg):
-        with self.lock:
-            self.policy_times.append(time.monotonic())
-
-    def _imu(self, msg):
-        o = msg.orientation
-        from simreal_ros.core.safety import tilt_of
-        with self.lock:
-            self.imu.append((time.monotonic(), tilt_of((o.w, o.x, o.y, o.z))))
-
-    setup_resets = 0
-
-    def wait_forwarding(self, timeout=60):
-        """Bring the rig to forwarding; a bring-up e-stop (load) is reset and counted."""
-        from rosproc import wait_for
-        wait_for(lambda: self.probe.joint_states is not None, timeout, what='joint_states')
-        self.probe.hold_current()
-
-        def forwarding():
-            if self.probe.get('output') == 'forwarding':
-                return True
-            if self.probe.get('estop'):
-                self.probe.hold_current()
-                if self.probe.call(self.probe.clients['reset']).success:
-                    Rig.setup_resets += 1
-            return False
-        wait_for(forwarding, timeout, interval=0.2, what='supervisor forwarding')
-
-    def first_safe_after(self, t, timeout=5.0):
-        from rosproc import wait_for
-        from test_safety_node import is_safe
-        wait_for(lambda: any(is_safe(m) for _, m in self.probe.since(t)), timeout,
-                 what='a safe hardware/command')
-        return next(ta for ta, m in self.probe.since(t) if is_safe(m))
-
-    def close(self):
-        self.probe.close()
-        for proc in self.procs:
-            if proc.proc.poll() is None:
-                try:
-                    os.kill(proc.proc.pid, signal.SIGCONT)
-                except OSError:
-                    pass
-            proc.stop()
+def make_rig(tmp, supervisor=None, **kwargs):
+    """Return a Rig (simreal_ros/client/rig.py) with the command line's supervisor overrides."""
+    rig = Rig(supervisor=dict(supervisor or {}, **ARGS.overrides), tmp=tmp, **kwargs)
+    LAST_RIG[0] = rig
+    return rig
 
 
 def policy_process():
     """Act as a policy process: hold the measured pose on policy/command at 100 Hz."""
     import rclpy
-    from test_safety_node import SafetyProbe
     rclpy.init()
     probe = SafetyProbe(ARM_NAMES, name='fake_policy')
     while probe.joint_states is None:
@@ -189,21 +83,13 @@ def policy_process():
 
 # -- scenarios: each returns a dict with 'passed' and its measurements --------------------------
 def sc_policy_killed(tmp, args):
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
-        from rosproc import wait_for
         wait_for(lambda: rig.probe.joint_states is not None, 60, what='joint_states')
         proc = subprocess.Popen([sys.executable, __file__, '--as-policy'], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            def forwarding():   # a bring-up e-stop (load) is reset and counted
-                if rig.probe.get('output') == 'forwarding':
-                    return True
-                if rig.probe.get('estop') and rig.probe.call(
-                        rig.probe.clients['reset']).success:
-                    Rig.setup_resets += 1
-                return False
-            wait_for(forwarding, 60, interval=0.2, what='forwarding from the policy process')
+            rig.wait_forwarding(hold=False)   # the policy process commands, not the probe
             time.sleep(0.5)
             proc.kill()
             killed = time.monotonic()
@@ -212,42 +98,38 @@ def sc_policy_killed(tmp, args):
             if proc.poll() is None:
                 proc.kill()
         t_safe = rig.first_safe_after(killed)
-        with rig.lock:
-            last = max((t for t in rig.policy_times if t <= t_safe), default=None)
+        last = rig.policy_commands.last_before(t_safe)
         if last is None:
             return {'passed': False, 'error': 'no policy/command seen before the safe output',
-                    'estop_cause': rig.probe.get('estop_cause')}
+                    'estop_cause': rig.state('estop_cause')}
         timeout = float(rig.params['policy_timeout_s'])
         latency = (t_safe - last - timeout) * 1e3
-        wait_for(lambda: rig.probe.get('inputs')['policy']['watchdog_trips'] >= 1, 5,
+        wait_for(lambda: rig.state('inputs')['policy']['watchdog_trips'] >= 1, 5,
                  what='policy watchdog trip in safety/state')
-        internal = rig.probe.get('inputs')['policy']['trip_past_timeout_ms']
+        internal = rig.state('inputs')['policy']['trip_past_timeout_ms']
         return {'passed': internal is not None and internal <= 2 * rig.period * 1e3
-                and 'policy stale' in (rig.probe.get('safe_reason') or ''),
+                and 'policy stale' in (rig.state('safe_reason') or ''),
                 'watchdog_latency_ms': round(latency, 2), 'timeout_ms': timeout * 1e3,
                 'supervisor_trip_past_timeout_ms': internal,
-                'estop_cause': rig.probe.get('estop_cause'),
-                'reason': rig.probe.get('safe_reason')}
+                'estop_cause': rig.state('estop_cause'),
+                'reason': rig.state('safe_reason')}
     finally:
         rig.close()
 
 
 def sc_joint_states_stopped(tmp, args):
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
-        from rosproc import wait_for
         rig.wait_forwarding()
         time.sleep(0.5)
-        os.kill(rig.sim.proc.pid, signal.SIGSTOP)
-        frozen = time.monotonic()
+        frozen = rig.signal('sim_robot', signal.SIGSTOP)
         t_safe = rig.first_safe_after(frozen)
-        with rig.lock:
-            last = max(t for t in rig.js_times if t <= t_safe)
+        last = rig.joint_states.last_before(t_safe)
         timeout = float(rig.params['joint_states_timeout_s'])
         latency = (t_safe - last - timeout) * 1e3
-        wait_for(lambda: rig.probe.get('estop'), 5, what='latched e-stop')
-        cause = rig.probe.get('estop_cause')
-        internal = rig.probe.get('inputs')['joint_states']['trip_past_timeout_ms']
+        wait_for(lambda: rig.state('estop'), 5, what='latched e-stop')
+        cause = rig.state('estop_cause')
+        internal = rig.state('inputs')['joint_states']['trip_past_timeout_ms']
         return {'passed': internal is not None and internal <= 2 * rig.period * 1e3
                 and 'joint_states stale' in cause,
                 'watchdog_latency_ms': round(latency, 2), 'timeout_ms': timeout * 1e3,
@@ -258,9 +140,8 @@ def sc_joint_states_stopped(tmp, args):
 
 
 def sc_nan_commands(tmp, args):
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
-        from rosproc import wait_for
         rig.wait_forwarding()
         start = time.monotonic()
         hold = rig.probe.target
@@ -274,25 +155,25 @@ def sc_nan_commands(tmp, args):
         time.sleep(0.2)
         # Interleaved with valid commands on a keep-last-1 subscription, some NaNs are
         # overwritten before the supervisor reads them; the ones it reads are rejected.
-        rejected_interleaved = rig.probe.get('rejected')['policy']
+        rejected_interleaved = rig.state('rejected')['policy']
         # Then a burst with the policy silent: reject_trip_count in a row -> e-stop.
         rig.probe.target = None
         time.sleep(0.05)
         count = int(rig.params.get('reject_trip_count', 10))
         for _ in range(count):   # one at a time: keep-last 1 must not drop any
-            seen = rig.probe.get('rejected')['policy']
+            seen = rig.state('rejected')['policy']
             rig.probe.publish([math.nan] * 3)
-            wait_for(lambda: rig.probe.get('rejected')['policy'] > seen, 5, what='rejected')
-        wait_for(lambda: rig.probe.get('estop'), 5, what='e-stop after repeated rejects')
+            wait_for(lambda: rig.state('rejected')['policy'] > seen, 5, what='rejected')
+        wait_for(lambda: rig.state('estop'), 5, what='e-stop after repeated rejects')
         outputs = rig.probe.since(start)
         non_finite = sum(1 for _, m in outputs
                          for v in list(m.position) + list(m.velocity) + list(m.effort)
                          if not math.isfinite(v))
-        return {'passed': non_finite == 0 and 'rejected' in rig.probe.get('estop_cause'),
+        return {'passed': non_finite == 0 and 'rejected' in rig.state('estop_cause'),
                 'rejected_interleaved': rejected_interleaved,
                 'non_finite_forwarded': non_finite, 'outputs_checked': len(outputs),
-                'nan_sent': sent + count, 'rejected_counted': rig.probe.get('rejected')['policy'],
-                'estop_cause': rig.probe.get('estop_cause')}
+                'nan_sent': sent + count, 'rejected_counted': rig.state('rejected')['policy'],
+                'estop_cause': rig.state('estop_cause')}
     finally:
         rig.close()
 
@@ -303,7 +184,7 @@ def prev_t(outputs):
 
 
 def sc_far_beyond_limits(tmp, args):
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
         rig.wait_forwarding()
         p = rig.params
@@ -313,15 +194,14 @@ def sc_far_beyond_limits(tmp, args):
         time.sleep(2.0)
         outputs = rig.probe.since(start)
         rig.probe.target = None
-        stage = rig.probe.get('stage')['stage']
+        stage = rig.state('stage')['stage']
         violations, examples = 0, []
         lo, hi = p['position_lower'], p['position_upper']
         rate = [r * stage for r in p['max_target_rate']]
         cap = float(p.get('policy_timeout_s', 0.06))
         slack = args.transport_ms * 1e-3   # arrival here vs the supervisor's own clock
         first_t, path = None, None
-        with rig.lock:
-            js = list(rig.js)
+        js = [(t, list(m.position)) for t, m in rig.joint_states.all()]
         prev, moved_at = None, None
         for t, m in outputs:
             if not len(m.position):
@@ -363,24 +243,22 @@ def sc_far_beyond_limits(tmp, args):
                     violations += 1
                     examples.append(f'joint {j}: target travelled {travelled:.4f} rad in '
                                     f'{prev_t(outputs) - first_t:.3f} s, limit {allowed:.4f}')
-        clips = rig.probe.get('clips')
+        clips = rig.state('clips')
         forwarded = sum(1 for _, m in outputs if len(m.position))
         # An e-stop meanwhile (a loaded machine delaying joint_states) only makes the output
         # safe; the limits are judged on what was forwarded.
         return {'passed': violations == 0 and bool(clips.get('rate') or clips.get('torque'))
                 and forwarded > 100,
-                'forwarded': forwarded, 'estop_cause': rig.probe.get('estop_cause'),
+                'forwarded': forwarded, 'estop_cause': rig.state('estop_cause'),
                 'limit_violations': violations, 'violation_examples': examples[:5],
                 'outputs_checked': len(outputs),
-                'stage': stage, 'clips': clips, 'stage_after': rig.probe.get('stage')['stage']}
+                'stage': stage, 'clips': clips, 'stage_after': rig.state('stage')['stage']}
     finally:
         rig.close()
 
 
 def sc_estop_during_motion(tmp, args):
-    rig = Rig(tmp)
-    from rosproc import wait_for
-    from test_safety_node import is_safe
+    rig = make_rig(tmp)
     try:
         rig.wait_forwarding()
         q0 = list(rig.probe.target)
@@ -400,7 +278,7 @@ def sc_estop_during_motion(tmp, args):
             time.sleep(0.3)
             sent_ros = rig.probe.node.get_clock().now().nanoseconds * 1e-9
             sent = time.monotonic()
-            reply = rig.probe.call(rig.probe.clients['estop'])
+            reply = rig.call('estop')
             assert reply.success, reply.message
             answered = rig.probe.node.get_clock().now().nanoseconds * 1e-9
             t_safe = rig.first_safe_after(sent)
@@ -419,7 +297,7 @@ def sc_estop_during_motion(tmp, args):
             time.sleep(0.05)
             rig.probe.hold_current()
             q0 = list(rig.probe.target)
-            wait_for(lambda: rig.probe.call(rig.probe.clients['reset']).success, 10,
+            wait_for(lambda: rig.call('reset').success, 10,
                      interval=0.1, what='reset')
             stop.clear()
             threading.Thread(target=motion, daemon=True).start()
@@ -435,22 +313,21 @@ def sc_estop_during_motion(tmp, args):
 
 
 def sc_reset_refused_stale(tmp, args):
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
-        from rosproc import wait_for
         rig.wait_forwarding()
-        assert rig.probe.call(rig.probe.clients['estop']).success
-        os.kill(rig.sim.proc.pid, signal.SIGSTOP)      # the driver stops: joint_states stale
+        assert rig.call('estop').success
+        rig.signal('sim_robot', signal.SIGSTOP)      # the driver stops: joint_states stale
         timeout_ms = float(rig.params['joint_states_timeout_s']) * 1e3
         wait_for(lambda: (rig.probe.get('inputs')['joint_states']['arrival_age_ms'] or 0)
                  > timeout_ms, 5, what='joint_states stale')
-        reply = rig.probe.call(rig.probe.clients['reset'])
+        reply = rig.call('reset')
         refused = not reply.success and 'joint_states' in reply.message
         still_latched = rig.probe.get('estop')
-        os.kill(rig.sim.proc.pid, signal.SIGCONT)
+        rig.signal('sim_robot', signal.SIGCONT)
         rig.wait_steady()
         rig.probe.hold_current()
-        wait_for(lambda: rig.probe.call(rig.probe.clients['reset']).success, 10, interval=0.1,
+        wait_for(lambda: rig.call('reset').success, 10, interval=0.1,
                  what='reset once fresh')
         return {'passed': refused and still_latched, 'refusal': reply.message}
     finally:
@@ -459,11 +336,10 @@ def sc_reset_refused_stale(tmp, args):
 
 def sc_stage_promotion_too_early(tmp, args):
     dwell = 1.0
-    rig = Rig(tmp, overrides={'stage_dwell_s': [dwell]})
+    rig = make_rig(tmp, supervisor={'stage_dwell_s': [dwell]})
     try:
-        from rosproc import wait_for
         rig.wait_forwarding()
-        early = rig.probe.call(rig.probe.clients['advance_stage'])
+        early = rig.call('advance_stage')
         # Skipping is impossible: one request, one stage, and again only after the dwell.
         # (A loaded machine may interrupt the clean dwell with a watchdog fault: retry.)
         time.sleep(dwell + 0.3)
@@ -472,12 +348,12 @@ def sc_stage_promotion_too_early(tmp, args):
         while time.monotonic() < deadline:
             rig.wait_forwarding()
             attempts += 1
-            ok = rig.probe.call(rig.probe.clients['advance_stage'])
+            ok = rig.call('advance_stage')
             if ok.success:
                 break
             time.sleep(0.5)
-        again = rig.probe.call(rig.probe.clients['advance_stage'])
-        wait_for(lambda: rig.probe.get('stage')['stage'] > 0.1, 5, what='stage in state')
+        again = rig.call('advance_stage')
+        wait_for(lambda: rig.state('stage')['stage'] > 0.1, 5, what='stage in state')
         record = json.loads(Path(rig.params['stage_file']).read_text())
         return {'passed': (not early.success and 'needs' in early.message and ok.success
                            and not again.success and record['stage'] == 0.25
@@ -492,21 +368,20 @@ def sc_stage_promotion_too_early(tmp, args):
 def sc_g1_tilt_trip(tmp, args):
     if not (G1 / 'scene.xml').is_file():
         return {'passed': None, 'skipped': f'shared G1 data not found at {G1}'}
-    from simreal_ros.core.config import load_node_params
-    names = load_node_params(G1_CONFIG, 'safety_supervisor')['joint_names']
-    rig = Rig(tmp, robot=G1_CONFIG, names=names, supervisor_first=True)
+    from simreal_ros.core.safety import tilt_of
+    rig = make_rig(tmp, robot=G1_CONFIG, supervisor_first=True)
     try:
-        from rosproc import wait_for
         # No policy: the supervisor outputs damping, the robot falls, the tilt trips it.
         max_tilt = float(rig.params['max_tilt_rad'])
 
         def first_over():
-            with rig.lock:
-                return next((t for t, tilt in rig.imu if tilt > max_tilt), None)
+            return next((t for t, m in rig.imu.all() if tilt_of(
+                (m.orientation.w, m.orientation.x, m.orientation.y, m.orientation.z))
+                > max_tilt), None)
         t_over = wait_for(first_over, 60, what='the G1 tilting beyond max_tilt_rad')
-        wait_for(lambda: rig.probe.get('estop'), 30, interval=0.002, what='tilt e-stop')
+        wait_for(lambda: rig.state('estop'), 30, interval=0.002, what='tilt e-stop')
         seen = time.monotonic()
-        cause = rig.probe.get('estop_cause')
+        cause = rig.state('estop_cause')
         return {'passed': 'tilt' in cause, 'estop_cause': cause,
                 'max_tilt_deg': round(math.degrees(max_tilt), 1),
                 'imu_over_to_estop_state_ms': round((seen - t_over) * 1e3, 1)}
@@ -517,7 +392,6 @@ def sc_g1_tilt_trip(tmp, args):
 # -- issue 13: faults of a real robot's sensors, processes, disk and clock ---------------------
 def _glitch_publisher(rig):
     """A second joint_states publisher (a glitching driver); returns publish(names, q)."""
-    from rosproc import wait_for
     from sensor_msgs.msg import JointState
     from simreal_ros.nodes.common import SENSOR_PUB_QOS
     pub = rig.probe.node.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
@@ -533,8 +407,6 @@ def _glitch_publisher(rig):
 
 def _sensor_fault(rig, bad_sample, what):
     """One implausible sample is counted and never used; a burst is a sensor-fault e-stop."""
-    from rosproc import wait_for
-    from test_safety_node import is_safe
     rig.wait_forwarding()
     glitch = _glitch_publisher(rig)
     lo, hi = rig.params['position_lower'], rig.params['position_upper']
@@ -548,7 +420,7 @@ def _sensor_fault(rig, bad_sample, what):
                  if not lo[j] - 1e-9 <= v <= hi[j] + 1e-9)
     single_estop = bool(rig.probe.get('estop'))
     count = int(rig.params.get('implausible_trip_count', 5))
-    os.kill(rig.sim.proc.pid, signal.SIGSTOP)          # only bad samples from now on
+    rig.signal('sim_robot', signal.SIGSTOP)          # only bad samples from now on
     for k in range(count):
         fault = time.monotonic()                       # the sample that makes it a fault
         glitch(*bad_sample)
@@ -557,7 +429,7 @@ def _sensor_fault(rig, bad_sample, what):
     t_safe = rig.first_safe_after(fault)
     wait_for(lambda: rig.probe.get('estop'), 5, what='the sensor-fault e-stop')
     cause = rig.probe.get('estop_cause')
-    os.kill(rig.sim.proc.pid, signal.SIGCONT)
+    rig.signal('sim_robot', signal.SIGCONT)
     return {'passed': beyond == 0 and not single_estop and 'sensor fault' in cause
             and all(is_safe(m) for _, m in rig.probe.since(t_safe)),
             'targets_beyond_range': beyond, 'outputs_checked': len(outs),
@@ -567,7 +439,7 @@ def _sensor_fault(rig, bad_sample, what):
 
 
 def sc_joint_states_glitch(tmp, args):
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
         return _sensor_fault(rig, (ARM_NAMES, [40.0, 0.0, 0.0]), 'glitched sample')
     finally:
@@ -575,7 +447,7 @@ def sc_joint_states_glitch(tmp, args):
 
 
 def sc_duplicate_joint_names(tmp, args):
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
         return _sensor_fault(rig, ([ARM_NAMES[0]] * 2 + [ARM_NAMES[2]], [0.0, 0.0, 0.0]),
                              'sample with a repeated name')
@@ -590,15 +462,14 @@ def _kill_supervisor(rig, sig):
     rig.probe.target = [q0[0] + 0.1, q0[1], q0[2]]
     time.sleep(0.3)
     sent = time.monotonic()
-    os.kill(rig.sup.proc.pid, sig)
+    rig.signal('safety_supervisor', sig)
     code = rig.sup.proc.wait(timeout=15)
     time.sleep(0.2)   # anything still in flight arrives
     return sent, code, rig.probe.since(sent)
 
 
 def sc_supervisor_sigterm(tmp, args):
-    from test_safety_node import is_safe
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
         sent, code, outs = _kill_supervisor(rig, signal.SIGTERM)
         safe = [t for t, m in outs if is_safe(m)]
@@ -613,8 +484,7 @@ def sc_supervisor_sigterm(tmp, args):
 
 def sc_supervisor_sigkill(tmp, args):
     """SIGKILL: nothing more from the supervisor; the driver damps within its timeout."""
-    from rosproc import wait_for
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     states = []
     try:
         from std_msgs.msg import String
@@ -623,7 +493,7 @@ def sc_supervisor_sigkill(tmp, args):
             String, 'driver/state', lambda m: states.append((time.monotonic(),
                                                              json.loads(m.data))), LATCHED_QOS)
         sent, code, _ = _kill_supervisor(rig, signal.SIGKILL)
-        timeout = float(param_file('sim_robot', ARM, 'sim_robot')['command_timeout_s'])
+        timeout = float(load_node_params(ARM, 'sim_robot')['command_timeout_s'])
 
         def damped():
             return next((t for t, st in states if t >= sent and st.get('damped')), None)
@@ -654,18 +524,17 @@ def _first_after_stall(rig, stopped_ros):
 def sc_supervisor_stalled(tmp, args):
     """SIGSTOP the supervisor: after a short stall nothing computed from old state goes out;
     after a long one (beyond the joint_states timeout) it is an e-stop."""
-    from rosproc import wait_for
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     clock = None
     try:
         rig.wait_forwarding()
         clock = rig.probe.node.get_clock()
         q0 = list(rig.probe.target)
         stopped = clock.now().nanoseconds * 1e-9
-        os.kill(rig.sup.proc.pid, signal.SIGSTOP)
+        rig.signal('safety_supervisor', signal.SIGSTOP)
         rig.probe.target = [q0[0] + 0.02, q0[1], q0[2]]   # sent during the stall
         time.sleep(0.05)   # noqa: the stall itself (25 periods, < the 0.2 s state timeout)
-        os.kill(rig.sup.proc.pid, signal.SIGCONT)
+        rig.signal('safety_supervisor', signal.SIGCONT)
         wait_for(lambda: (rig.probe.get('late_ticks') or 0) >= 1, 5, what='the late tick')
         first = wait_for(lambda: _first_after_stall(rig, stopped), 5, what='an output')
         before = [m for _, m in rig.probe.since(0.0)
@@ -675,9 +544,9 @@ def sc_supervisor_stalled(tmp, args):
                     or list(first.position) == list(before[-1].position))
         rig.wait_forwarding()
         stopped = clock.now().nanoseconds * 1e-9
-        os.kill(rig.sup.proc.pid, signal.SIGSTOP)
+        rig.signal('safety_supervisor', signal.SIGSTOP)
         time.sleep(0.5)   # noqa: a long stall
-        os.kill(rig.sup.proc.pid, signal.SIGCONT)
+        rig.signal('safety_supervisor', signal.SIGCONT)
         wait_for(lambda: rig.probe.get('estop'), 5, what='the e-stop after a long stall')
         first_long = wait_for(lambda: _first_after_stall(rig, stopped), 5, what='an output')
         return {'passed': short_ok and len(first_long.position) == 0,
@@ -690,18 +559,17 @@ def sc_supervisor_stalled(tmp, args):
 
 
 def sc_stage_record_unwritable(tmp, args):
-    from rosproc import wait_for
     blocker = Path(tmp) / f'not_a_folder_{time.time_ns()}'
     blocker.write_text('a file where the record folder should be')
-    rig = Rig(tmp, overrides={'stage_file': str(blocker / 'stages.json'),
-                              'stage_dwell_s': [0.0],
-                              'demote_on': ['limit', 'watchdog', 'estop', 'rejected',
-                                            'operator']})
+    rig = make_rig(tmp, supervisor={'stage_file': str(blocker / 'stages.json'),
+                                    'stage_dwell_s': [0.0],
+                                    'demote_on': ['limit', 'watchdog', 'estop', 'rejected',
+                                                  'operator']})
     try:
         rig.wait_forwarding()
-        promoted = rig.probe.call(rig.probe.clients['advance_stage']).success
+        promoted = rig.call('advance_stage').success
         sent = time.monotonic()
-        assert rig.probe.call(rig.probe.clients['estop']).success     # demotes (estop fault)
+        assert rig.call('estop').success     # demotes (estop fault)
         t_safe = rig.first_safe_after(sent)
         wait_for(lambda: (rig.probe.get('stage_record') or {}).get('write_failures', 0) >= 1,
                  5, what='the failed write reported')
@@ -718,17 +586,16 @@ def sc_stage_record_unwritable(tmp, args):
 
 def sc_clock_jump(tmp, args):
     """A second /clock publisher sends a time 5 s in the past: the supervisor e-stops."""
-    from rosproc import wait_for
     from rosgraph_msgs.msg import Clock
     from simreal_ros.nodes.common import SENSOR_PUB_QOS
-    rig = Rig(tmp, overrides={'use_sim_time': True, 'check_stamps': False},
-              sim_params={'publish_clock': True})
+    rig = make_rig(tmp, supervisor={'use_sim_time': True, 'check_stamps': False},
+                   sim={'publish_clock': True})
     try:
         rig.wait_forwarding()
         pub = rig.probe.node.create_publisher(Clock, '/clock', SENSOR_PUB_QOS)
         wait_for(lambda: pub.get_subscription_count() >= 1, 10, what='/clock matched')
-        with rig.lock:
-            stamp = rig.js_stamps[-1]
+        last = rig.joint_states.all()[-1][1].header.stamp
+        stamp = last.sec + last.nanosec * 1e-9
         back = Clock()
         back.clock.sec = max(int(stamp) - 5, 0)
         sent = time.monotonic()
@@ -744,18 +611,17 @@ def sc_clock_jump(tmp, args):
 
 def sc_dwell_while_not_forwarding(tmp, args):
     """Stages are earned only while the policy is forwarded cleanly (the old flaky hole)."""
-    from rosproc import wait_for
     dwell = 1.0
-    rig = Rig(tmp, overrides={'stage_dwell_s': [dwell]})
+    rig = make_rig(tmp, supervisor={'stage_dwell_s': [dwell]})
     try:
         wait_for(lambda: rig.probe.joint_states is not None, 60, what='joint_states')
         time.sleep(2 * dwell)   # noqa: idle time that must not count as dwell
-        idle = rig.probe.call(rig.probe.clients['advance_stage'])
+        idle = rig.call('advance_stage')
         rig.wait_forwarding()
-        early = rig.probe.call(rig.probe.clients['advance_stage'])
+        early = rig.call('advance_stage')
         wait_for(lambda: rig.probe.get('stage')['clean_for_s'] >= dwell, 20,
                  what='a clean dwell of forwarding')
-        later = rig.probe.call(rig.probe.clients['advance_stage'])
+        later = rig.call('advance_stage')
         return {'passed': not idle.success and 'not forwarding' in idle.message
                 and not early.success and later.success,
                 'while_idle': idle.message, 'early': early.message, 'after_dwell': later.message}
@@ -778,8 +644,7 @@ def _sysid_publisher(rig, sender):
 
 def sc_concurrent_sysid(tmp, args):
     """Two SysID senders: the supervisor forwards the first, refuses the second (counted)."""
-    from rosproc import wait_for
-    rig = Rig(tmp)
+    rig = make_rig(tmp)
     try:
         wait_for(lambda: rig.probe.joint_states is not None, 60, what='joint_states')
         rig.probe.hold_current()
@@ -809,16 +674,13 @@ def sc_concurrent_sysid(tmp, args):
 
 def sc_sysid_during_estop(tmp, args):
     """While e-stopped a SysID start is refused; nothing releases the e-stop but a reset."""
-    from rosproc import NodeProcess, wait_for
     from std_srvs.srv import SetBool, Trigger
-    rig = Rig(tmp)
-    node = NodeProcess('friction_id', params_file=ARM,
-                       params={'results_dir': str(Path(tmp) / 'sysid')})
-    rig.procs.append(node)
+    rig = make_rig(tmp)
     try:
+        rig.start('friction_id', {'results_dir': str(Path(tmp) / 'sysid')})
         rig.wait_forwarding()
         rig.probe.target = None
-        assert rig.probe.call(rig.probe.clients['estop']).success
+        assert rig.call('estop').success
         assert rig.probe.call(rig.probe.select, SetBool.Request(data=True)).success
         start = rig.probe.node.create_client(Trigger, 'friction_id/start')
         reply = wait_for(lambda: (lambda r: r if 'joint_states' not in r.message else None)(
@@ -833,11 +695,10 @@ def sc_sysid_during_estop(tmp, args):
 
 def sc_stage_list_changed(tmp, args):
     """A record earned with another stage list is not resumed: first stage, warning."""
-    from rosproc import wait_for
     record = Path(tmp) / f'changed-{time.time_ns()}.json'
     record.write_text(json.dumps({'stage': 1.0, 'stage_index': 2, 'stages': [0.1, 0.5, 1.0],
                                   'highest': 1.0, 'highest_index': 2, 'transitions': []}))
-    rig = Rig(tmp, overrides={'stage_file': str(record), 'resume_stage': True})
+    rig = make_rig(tmp, supervisor={'stage_file': str(record), 'resume_stage': True})
     try:
         wait_for(lambda: rig.probe.get('stage') is not None, 30, what='safety/state')
         stage = rig.probe.get('stage')
@@ -852,17 +713,13 @@ def sc_stage_list_changed(tmp, args):
 
 def sc_cmd_vel_timeout(tmp, args):
     """policy_runner: a cmd_vel older than its timeout decays to zero; clips are counted."""
-    from rosproc import NodeProcess, wait_for
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import Twist
     policy = Path(tmp) / 'arm3_policy.onnx'
     if not policy.is_file():
-        subprocess.run([sys.executable, str(REPO / 'scripts' / 'onnx_policies.py'), 'arm3',
-                        str(policy)], check=True, cwd=REPO, capture_output=True)
-    runner = NodeProcess('policy_runner', params_file=ARM, params={'policy_path': str(policy)})
+        stand_in_policy(policy)
     diags = []
-    rig = Rig(tmp)
-    rig.procs.append(runner)
+    rig = make_rig(tmp, policy_runner={'policy_path': str(policy)})
     try:
         rig.probe.node.create_subscription(
             DiagnosticArray, '/diagnostics',
@@ -957,9 +814,8 @@ def main():
                     res = globals()['sc_' + name](tmp, args)
                 except Exception as exc:  # noqa: BLE001 - report and go on with the next one
                     res = {'passed': False, 'error': f'{type(exc).__name__}: {exc}'[:1500]}
-                    if LAST_RIG[0] is not None:
-                        with open(LAST_RIG[0].sup.log_path) as f:
-                            res['supervisor_log'] = f.read()[-1500:]
+                    if LAST_RIG[0] is not None and 'safety_supervisor' in LAST_RIG[0].procs:
+                        res['supervisor_log'] = LAST_RIG[0].logs()['safety_supervisor']
                 res['seconds'] = round(time.monotonic() - t0, 1)
                 runs[name].append(res)
                 runs_passed[name] += int(bool(res.get('passed')))
@@ -995,7 +851,8 @@ def main():
         'property_failure': props['failure'] if props else None,
         'overrides': ARGS.overrides,
         'setup_resets': Rig.setup_resets,
-        'supervisor_tick_ms': round(1e3 / float(param_file('', ARM).get('rate_hz', 500.0)), 3),
+        'supervisor_tick_ms': round(1e3 / float(
+            load_node_params(ARM, 'safety_supervisor').get('rate_hz', 500.0)), 3),
         'transport_allowance_ms': args.transport_ms,
         'repeat': args.repeat,
         'runs_passed': {k: v for k, v in runs_passed.items() if k not in skipped},

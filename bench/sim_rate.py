@@ -13,8 +13,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
-import sys
 import threading
 import time
 
@@ -28,6 +26,7 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
+from simreal_ros.client.rig import NodeProcess  # noqa: E402
 from simreal_ros.core.config import robot_config_path  # noqa: E402
 
 
@@ -39,12 +38,8 @@ def main():
     args = parser.parse_args()
 
     config = robot_config_path(args.robot)
-    override = f'/tmp/simreal-bench-sim-rate-{os.getpid()}.yaml'
-    with open(override, 'w') as f:
-        f.write(f'/**/sim_robot:\n  ros__parameters:\n    publish_rate_hz: {args.rate}\n')
-    proc = subprocess.Popen([sys.executable, '-m', 'simreal_ros.nodes.sim_robot', '--ros-args',
-                             '--params-file', str(config), '--params-file', override],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sim = NodeProcess('sim_robot', params_file=config, params={'publish_rate_hz': args.rate})
+    proc = sim.proc
     rclpy.init()
     node = rclpy.create_node('sim_rate_bench')
     arrivals, stamps, diags = [], [], []
@@ -72,7 +67,7 @@ def main():
         while not arrivals and time.monotonic() < deadline and proc.poll() is None:
             executor.spin_once(timeout_sec=0.1)
         if not arrivals:
-            raise SystemExit(f'sim_robot published nothing: {proc.stderr.read().decode()[-2000:]}')
+            raise SystemExit(f'sim_robot published nothing: {sim.output()[-2000:]}')
         warmup_end = time.perf_counter() + 1.0
         while time.perf_counter() < warmup_end:
             executor.spin_once(timeout_sec=0.1)
@@ -84,8 +79,7 @@ def main():
         while time.perf_counter() < end:
             executor.spin_once(timeout_sec=0.1)
     finally:
-        proc.send_signal(2)
-        proc.wait(timeout=10)
+        sim.stop()
         node.destroy_node()
         rclpy.try_shutdown()
 

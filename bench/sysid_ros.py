@@ -46,8 +46,9 @@ def main():
     os.environ.setdefault('ROS_DOMAIN_ID', '73')
 
     from sensor_msgs.msg import JointState
-    from simreal_ros import sysid_client
-    from simreal_ros.cli import Ros, start_graph, stop_graph
+    from simreal_ros.client import sysid as sysid_client
+    from simreal_ros.client.processes import start_graph, stop_graph
+    from simreal_ros.client.ros import Ros
     from simreal_ros.graph import build_graph
     from simreal_ros.nodes.common import stamp_to_sec
 

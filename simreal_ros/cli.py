@@ -21,141 +21,17 @@ ROS_AUTOMATIC_DISCOVERY_RANGE as for the graph you want to reach.
 """
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
+from simreal_ros.client.processes import start_graph, stop_graph
+from simreal_ros.client.ros import describe_parameters, dds_hint, join_name, Missing, Ros, \
+    safety_state
 from simreal_ros.core.config import ConfigError
 
-# A fresh CLI process discovers the graph's services in well under a second on an idle machine,
-# but several seconds when the machine is busy: an e-stop that gives up too early is worse
-# than one that lands late, so the CLI waits this long before saying a node is not running.
-SERVICE_WAIT_S = 10.0
 SYSID_KINDS = ('friction', 'inertia', 'latency')
-
-
-class Missing(RuntimeError):
-    """A node or service the verb needs is not reachable."""
-
-
-def _dds_hint():
-    from simreal_ros.graph import env_summary
-    env = env_summary()
-    return (f'(ROS_DOMAIN_ID={env["ROS_DOMAIN_ID"]}, ROS_AUTOMATIC_DISCOVERY_RANGE='
-            f'{env["ROS_AUTOMATIC_DISCOVERY_RANGE"]}; start the graph with `simreal up`)')
-
-
-def _join(namespace, name):
-    if name.startswith('/'):
-        return name
-    ns = (namespace or '').strip('/')
-    return f'/{ns}/{name}' if ns else f'/{name}'
-
-
-class Ros:
-    """One short-lived rclpy node for a CLI verb, spun in a background thread."""
-
-    def __init__(self, namespace='', use_sim_time=False):
-        import rclpy
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.parameter import Parameter
-        self.rclpy = rclpy
-        self.namespace = namespace
-        rclpy.init(args=[])
-        self.node = rclpy.create_node(
-            f'simreal_cli_{os.getpid()}',
-            parameter_overrides=[Parameter('use_sim_time', value=bool(use_sim_time))])
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self):
-        while not self._stop.is_set():
-            try:
-                self.executor.spin_once(timeout_sec=0.05)
-            except Exception:  # noqa: BLE001 - shutdown races end the thread quietly
-                if not self.rclpy.ok():
-                    return
-
-    def close(self):
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.node.destroy_node()
-        self.rclpy.try_shutdown()
-
-    def call(self, srv_type, name, request, owner, timeout=10.0, wait=SERVICE_WAIT_S):
-        """Call a service; raise Missing with the node and service when it is not there."""
-        fqn = _join(self.namespace, name)
-        client = self.node.create_client(srv_type, fqn)
-        try:
-            if not client.wait_for_service(timeout_sec=wait):
-                raise Missing(f'{owner} is not running: service {fqn} not found within '
-                              f'{wait:g} s {_dds_hint()}')
-            future = client.call_async(request)
-            deadline = time.monotonic() + timeout
-            while not future.done():
-                if time.monotonic() > deadline:
-                    raise Missing(f'{owner} did not answer {fqn} within {timeout:g} s')
-                time.sleep(0.01)
-            return future.result()
-        finally:
-            self.node.destroy_client(client)
-
-    def wait_service(self, name, owner, wait=SERVICE_WAIT_S):
-        """Raise Missing unless the service `name` of `owner` is offered."""
-        from std_srvs.srv import Trigger
-        fqn = _join(self.namespace, name)
-        client = self.node.create_client(Trigger, fqn)
-        try:
-            if not client.wait_for_service(timeout_sec=wait):
-                raise Missing(f'{owner} is not running: service {fqn} not found within '
-                              f'{wait:g} s {_dds_hint()}')
-        finally:
-            self.node.destroy_client(client)
-        return True
-
-    def trigger(self, name, owner, timeout=10.0):
-        from std_srvs.srv import Trigger
-        return self.call(Trigger, name, Trigger.Request(), owner, timeout)
-
-    def set_bool(self, name, value, owner, timeout=10.0):
-        from std_srvs.srv import SetBool
-        return self.call(SetBool, name, SetBool.Request(data=bool(value)), owner, timeout)
-
-    def latest(self, msg_type, topic, qos, timeout, what):
-        """Return the first message on `topic` within `timeout` s, or raise Missing."""
-        got = []
-        sub = self.node.create_subscription(msg_type, _join(self.namespace, topic),
-                                            got.append, qos)
-        try:
-            deadline = time.monotonic() + timeout
-            while not got and time.monotonic() < deadline:
-                time.sleep(0.01)
-        finally:
-            self.node.destroy_subscription(sub)
-        if not got:
-            raise Missing(f'{what}: nothing on {_join(self.namespace, topic)} within '
-                          f'{timeout:g} s {_dds_hint()}')
-        return got[-1]
-
-    def collect(self, msg_type, topic, qos, duration):
-        """Return every message on `topic` during `duration` s."""
-        got = []
-        sub = self.node.create_subscription(msg_type, _join(self.namespace, topic),
-                                            got.append, qos)
-        time.sleep(duration)   # a sampling window, not synchronisation
-        self.node.destroy_subscription(sub)
-        return got
-
-    def node_names(self):
-        return {('/' + ns.strip('/') + '/' + n).replace('//', '/')
-                for n, ns in self.node.get_node_names_and_namespaces()}
-
 
 # -- verbs --------------------------------------------------------------------------------
 def _print_response(verb, resp):
@@ -183,15 +59,6 @@ def cmd_enable(args, ros, value=True):
 
 def cmd_disable(args, ros):
     return cmd_enable(args, ros, False)
-
-
-def safety_state(ros, timeout=3.0):
-    """Return the supervisor's latched safety/state as a dict."""
-    from std_msgs.msg import String
-    from simreal_ros.nodes.common import LATCHED_QOS
-    msg = ros.latest(String, 'safety/state', LATCHED_QOS, timeout,
-                     'safety_supervisor is not running')
-    return json.loads(msg.data)
 
 
 def format_status(state, diags):
@@ -242,12 +109,12 @@ def _sysid_nodes(kind):
 
 def run_sysid(ros, node, joints=None, timeout=600.0, progress=None):
     """Start one SysID node's experiments and wait for its result (a dict)."""
-    from simreal_ros import sysid_client
+    from simreal_ros.client import sysid as sysid_client
     return sysid_client.run(ros, node, joints=joints, timeout=timeout, progress=progress)
 
 
 def cmd_sysid(args, ros):
-    from simreal_ros import sysid_client
+    from simreal_ros.client import sysid as sysid_client
     code = 0
     for node in _sysid_nodes(args.kind):
         result = run_sysid(ros, node, joints=args.joints, progress=_progress_bar(node))
@@ -271,7 +138,7 @@ def _progress_bar(label, width=30):
 
 
 def cmd_gap(args, ros):
-    from simreal_ros import sysid_client
+    from simreal_ros.client import sysid as sysid_client
     gap = sysid_client.evaluate_gap(ros)
     print('reality gap (sim_bridge, nominal vs identified model):')
     for line in sysid_client.format_gap(gap):
@@ -280,7 +147,7 @@ def cmd_gap(args, ros):
 
 
 def cmd_refine(args, ros):
-    from simreal_ros import sysid_client
+    from simreal_ros.client import sysid as sysid_client
     print('refining (sim_bridge: every joint that moved in the recording, with the latency; '
           'this takes a while) ...', flush=True)
     result = sysid_client.refine(ros)
@@ -295,50 +162,13 @@ def cmd_refine(args, ros):
 
 def cmd_monitor(args, ros):
     from simreal_ros import monitor
-    print(f'publishing {_join(ros.namespace, "monitor/markers")} (visualization_msgs/'
+    print(f'publishing {join_name(ros.namespace, "monitor/markers")} (visualization_msgs/'
           'MarkerArray); view with rviz2 -d config/monitor.rviz; Ctrl-C stops', flush=True)
     try:
         monitor.run(ros, args.robot, duration=args.duration)
     except KeyboardInterrupt:
         pass
     return 0
-
-
-PARAM_TYPES = {1: 'bool', 2: 'int', 3: 'double', 4: 'string', 5: 'bytes', 6: 'bool[]',
-               7: 'int[]', 8: 'double[]', 9: 'string[]'}
-
-
-def describe_parameters(ros, node):
-    """Return [(name, type, value, description, range, read_only)] of a running node."""
-    from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters
-    names = sorted(ros.call(ListParameters, f'{node}/list_parameters',
-                            ListParameters.Request(), node).result.names)
-    desc = ros.call(DescribeParameters, f'{node}/describe_parameters',
-                    DescribeParameters.Request(names=names), node).descriptors
-    values = ros.call(GetParameters, f'{node}/get_parameters',
-                      GetParameters.Request(names=names), node).values
-    if len(values) != len(names):   # one unreadable parameter empties the batch: one by one
-        from rcl_interfaces.msg import ParameterValue
-        values = []
-        for name in names:
-            got = ros.call(GetParameters, f'{node}/get_parameters',
-                           GetParameters.Request(names=[name]), node).values
-            values.append(got[0] if got else ParameterValue())
-    rows = []
-    for name, d, v in zip(names, desc, values):
-        value = {1: v.bool_value, 2: v.integer_value, 3: v.double_value, 4: v.string_value,
-                 6: list(v.bool_array_value), 7: list(v.integer_array_value),
-                 8: list(v.double_array_value), 9: list(v.string_array_value)}.get(v.type)
-        rng = ''
-        if d.floating_point_range:
-            r = d.floating_point_range[0]
-            rng = f'[{r.from_value:g}, {r.to_value:g}]'
-        elif d.integer_range:
-            r = d.integer_range[0]
-            rng = f'[{r.from_value}, {r.to_value}]'
-        rows.append((name, PARAM_TYPES.get(v.type, 'unset'), value, d.description, rng,
-                     d.read_only))
-    return rows
 
 
 def cmd_params(args, ros):
@@ -373,7 +203,7 @@ def cmd_params(args, ros):
 
 
 def cmd_export(args, ros):
-    from simreal_ros import sysid_client
+    from simreal_ros.client import sysid as sysid_client
     result = sysid_client.bridge_call(ros, 'export')
     print('export (sim_bridge): ' + ('ok' if result.get('ok') else 'FAILED'))
     for key, value in result.items():
@@ -383,70 +213,8 @@ def cmd_export(args, ros):
 
 
 # -- up -----------------------------------------------------------------------------------
-def start_graph(graph, log_dir=None, env=None, quiet=False, only=None):
-    """Start the nodes of `graph` (those named in `only`, default all) as processes.
-
-    The overlay file is written once per graph. Returns [(spec, Popen, log path)].
-    """
-    from simreal_ros.graph import write_overlay
-    if graph.overlay_path is None:
-        write_overlay(graph, log_dir)
-    procs = []
-    for spec in graph.nodes:
-        if only is not None and spec.name not in only:
-            continue
-        log = None
-        if log_dir:
-            log = os.path.join(str(log_dir), f'{spec.name}.log')
-            out = open(log, 'w')
-        else:
-            out = None
-        proc = subprocess.Popen(graph.command(spec), stdout=out,
-                                stderr=subprocess.STDOUT if out else None,
-                                env=dict(env or os.environ, PYTHONUNBUFFERED='1'),
-                                preexec_fn=_die_with_parent)   # own process group
-        if out:
-            out.close()
-        procs.append((spec, proc, log))
-        if not quiet:
-            print(f'started {spec.name} (pid {proc.pid})', flush=True)
-    return procs
-
-
-def _die_with_parent():
-    """In the child: leave the terminal's process group, get SIGTERM when the parent dies.
-
-    The terminal's Ctrl-C then reaches only `simreal up`, which stops the nodes with SIGTERM:
-    rclpy shuts a running node down cleanly on it, and a node still importing exits quietly
-    (a SIGINT there would print a KeyboardInterrupt traceback).
-    """
-    os.setpgid(0, 0)
-    try:
-        import ctypes
-        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
-
-
-def stop_graph(procs, timeout=15.0):
-    """Stop the processes in reverse start order: SIGTERM (a clean rclpy shutdown), SIGKILL."""
-    codes = {}
-    for spec, proc, _ in reversed(procs):
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for spec, proc, _ in reversed(procs):
-        try:
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        codes[spec.name] = proc.returncode
-    return codes
 
 
 def graph_from_args(args, overrides=None):
@@ -486,7 +254,7 @@ def cmd_up(args, _ros=None):
             rviz = subprocess.Popen(['rviz2', '-d', str(rviz_config())])
         else:
             print('rviz2 not found on PATH (source a ROS 2 desktop install); continuing')
-    print(f'graph up {_dds_hint()[1:-1].split("; start")[0]}; Ctrl-C stops every node. '
+    print(f'graph up {dds_hint()[1:-1].split("; start")[0]}; Ctrl-C stops every node. '
           'E-stop: `simreal estop`', flush=True)
     code = 0
     try:

@@ -64,7 +64,7 @@ class Demo:
         self.log.flush()
 
     def step(self, number, total, title, func):
-        from simreal_ros.cli import Missing
+        from simreal_ros.client.ros import Missing
         self.say(f'({number}/{total}) {title} ...')
         start = time.monotonic()
         try:
@@ -83,7 +83,7 @@ class Demo:
         return status == 'ok'
 
     def state(self, timeout=5.0):
-        from simreal_ros.cli import safety_state
+        from simreal_ros.client.ros import safety_state
         return safety_state(self.ros, timeout)
 
     def wait(self, predicate, timeout, what):
@@ -98,7 +98,8 @@ class Demo:
 
     # -- steps --------------------------------------------------------------------------
     def bring_up(self):
-        from simreal_ros.cli import Ros, start_graph
+        from simreal_ros.client.processes import start_graph
+        from simreal_ros.client.ros import Ros
         from simreal_ros.graph import build_graph, load_node_params
         policy = self.make_policy()
         overrides = {
@@ -148,7 +149,7 @@ class Demo:
 
     def start_later(self):
         """Start the SysID nodes and sim_bridge (same graph, same overlay) and wait for them."""
-        from simreal_ros.cli import start_graph
+        from simreal_ros.client.processes import start_graph
         if not self.later:
             return
         names, self.later = self.later, []
@@ -197,7 +198,7 @@ class Demo:
                 self.recorder.resume()
 
     def _sysid_runs(self, nodes):
-        from simreal_ros import sysid_client
+        from simreal_ros.client import sysid as sysid_client
         lines, ok = [], True
         for node in nodes:
             result = None
@@ -225,7 +226,7 @@ class Demo:
         return detail
 
     def bridge_push(self):
-        from simreal_ros import sysid_client
+        from simreal_ros.client import sysid as sysid_client
         if not self.graph.node('sim_bridge'):
             raise Skip('sim_bridge not available')
         self.start_later()
@@ -243,7 +244,7 @@ class Demo:
         return f'{len(done)} parameters set on sim_bridge'
 
     def bridge_gap(self):
-        from simreal_ros import sysid_client
+        from simreal_ros.client import sysid as sysid_client
         if not self.graph.node('sim_bridge'):
             raise Skip('sim_bridge not available')
         self.start_later()
@@ -257,7 +258,7 @@ class Demo:
                 f'{100 * gap["gap_identified"]:.2f} % NRMSE ({gap.get("message")})')
 
     def bridge_export(self):
-        from simreal_ros import sysid_client
+        from simreal_ros.client import sysid as sysid_client
         if not self.graph.node('sim_bridge'):
             raise Skip('sim_bridge not available')
         self.start_later()
@@ -268,7 +269,7 @@ class Demo:
         return f'exported to {self.out / "export"}'
 
     def policy_stages(self):
-        from simreal_ros import sysid_client
+        from simreal_ros.client import sysid as sysid_client
         if not self.graph.node('policy_runner'):
             raise Skip(dict(self.graph.skipped).get('policy_runner', 'policy_runner not '
                                                     'available'))
@@ -308,7 +309,7 @@ class Demo:
                 f'unplanned e-stops {trips}')
 
     def estop_and_reset(self):
-        from simreal_ros import sysid_client
+        from simreal_ros.client import sysid as sysid_client
         t0 = time.monotonic()
         resp = self.ros.trigger('safety/estop', 'safety_supervisor')
         latency = time.monotonic() - t0
@@ -327,7 +328,7 @@ class Demo:
                 f'reset: {message}; stage after reset {after["stage"]["stage"]}')
 
     def shutdown(self):
-        from simreal_ros.cli import stop_graph
+        from simreal_ros.client.processes import stop_graph
         if self.ros is not None and self.graph.node('policy_runner'):
             try:
                 self.ros.set_bool('policy_runner/enable', False, 'policy_runner')
@@ -506,7 +507,7 @@ def main(argv=None):
             demo.step(len(steps), len(steps), steps[-1][0], steps[-1][1])
     finally:
         if demo.procs:   # never leave nodes behind
-            from simreal_ros.cli import stop_graph
+            from simreal_ros.client.processes import stop_graph
             stop_graph(demo.procs)
     demo.report()
     return 1 if any(st == 'failed' for _, st, _, _ in demo.rows) else 0

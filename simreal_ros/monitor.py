@@ -104,7 +104,7 @@ def run(ros, robot, rate_hz=5.0, duration=None):
     from visualization_msgs.msg import MarkerArray
     from simreal_ros.core.config import load_node_params, robot_config_path
     from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS
-    from simreal_ros.cli import _join
+    from simreal_ros.client.ros import join_name as _join
     params = load_node_params(robot_config_path(robot), 'safety_supervisor')
     latest = {'state': None, 'joints': None}
     lock = threading.Lock()

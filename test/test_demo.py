@@ -13,7 +13,7 @@ from simreal_ros import demo as demo_mod
 
 
 def test_steps_report_ok_skipped_failed_without_tracebacks(tmp_path, capsys):
-    from simreal_ros.cli import Missing
+    from simreal_ros.client.ros import Missing
     d = demo_mod.Demo('arm3', tmp_path)
 
     def boom():
@@ -42,7 +42,7 @@ def test_steps_report_ok_skipped_failed_without_tracebacks(tmp_path, capsys):
 
 def test_sysid_stopped_by_an_interruption_is_run_once_more_but_a_result_stands(
         tmp_path, monkeypatch, capsys):
-    from simreal_ros import sysid_client
+    from simreal_ros.client import sysid as sysid_client
     d = demo_mod.Demo('arm3', tmp_path)
     d.facts['sysid'] = {}
     answers = {   # what each SysID node's run returns, attempt after attempt

@@ -1,25 +1,22 @@
 """safety_supervisor as its own process between a test 'policy' and a real sim_robot process.
 
-`SafetyProbe` (also used by bench/safety_faults.py) plays the policy on `policy/command`, records
-every `hardware/command` with its arrival time, follows the latched `safety/state` and calls the
-supervisor's services.
+`SafetyProbe` (simreal_ros/client/rig.py, shared with the benches) plays the policy on
+`policy/command`, records every `hardware/command` with its arrival time, follows the latched
+`safety/state` and calls the supervisor's services.
 """
 import json
 import math
 import os
 import signal
-import threading
 import time
 
 import pytest
 import rclpy
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import JointState
-from std_msgs.msg import String
-from std_srvs.srv import SetBool, Trigger
+from std_srvs.srv import SetBool
 
-from rosproc import NodeProcess, Spinner, wait_for
-from simreal_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS
+from rosproc import NodeProcess, wait_for
+from simreal_ros.client.rig import is_safe, SafetyProbe   # noqa: F401 - shared with benches
 
 ARM = 'config/robots/arm3.yaml'
 NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
@@ -27,94 +24,6 @@ JS_TIMEOUT = 1.0
 POLICY_TIMEOUT = 0.2
 RECORD_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
                         reliability=ReliabilityPolicy.RELIABLE)
-
-
-def is_safe(msg):
-    """A safe-mode hardware/command: damping (no positions, zero velocities) or zero torque."""
-    return (len(msg.position) == 0 and all(v == 0.0 for v in msg.velocity)
-            and all(v == 0.0 for v in msg.effort))
-
-
-class SafetyProbe:
-    """A test node: the policy side, the hardware/command recorder, the operator's services."""
-
-    def __init__(self, names=NAMES, name='safety_probe'):
-        self.names = list(names)
-        self.node = rclpy.create_node(name)
-        self.lock = threading.Lock()
-        self.outputs = []   # (monotonic arrival, msg)
-        self.state = {}
-        self.joint_states = None
-        self.policy = self.node.create_publisher(JointState, 'policy/command', COMMAND_QOS)
-        self.node.create_subscription(JointState, 'hardware/command', self._on_output,
-                                      RECORD_QOS)
-        self.node.create_subscription(String, 'safety/state', self._on_state, LATCHED_QOS)
-        self.node.create_subscription(JointState, 'joint_states', self._on_joint_states,
-                                      SENSOR_SUB_QOS)
-        self.clients = {k: self.node.create_client(Trigger, f'safety/{k}')
-                        for k in ('estop', 'reset', 'advance_stage')}
-        self.select = self.node.create_client(SetBool, 'safety/select_sysid')
-        self.target = None          # what the policy thread publishes (None = silent)
-        self.sent = 0
-        self._stop = threading.Event()
-        self.spinner = Spinner(self.node)
-        self.thread = threading.Thread(target=self._policy_loop, daemon=True)
-        self.thread.start()
-
-    def _on_output(self, msg):
-        with self.lock:
-            self.outputs.append((time.monotonic(), msg))
-
-    def _on_state(self, msg):
-        with self.lock:
-            self.state = json.loads(msg.data)
-
-    def _on_joint_states(self, msg):
-        with self.lock:
-            self.joint_states = msg
-
-    def _policy_loop(self):
-        while not self._stop.is_set():
-            target = self.target
-            if target is not None:
-                self.publish(target)
-            self._stop.wait(0.01)   # a 100 Hz policy
-
-    def publish(self, position):
-        msg = JointState(name=self.names, position=[float(v) for v in position])
-        msg.header.stamp = self.node.get_clock().now().to_msg()
-        self.policy.publish(msg)
-        self.sent += 1
-
-    def hold_current(self):
-        """Make the policy command the measured position (what a reset needs)."""
-        with self.lock:
-            js = self.joint_states
-        lookup = dict(zip(js.name, js.position))
-        self.target = [lookup[n] for n in self.names]
-
-    def get(self, key):
-        with self.lock:
-            return self.state.get(key)
-
-    def count(self):
-        with self.lock:
-            return len(self.outputs)
-
-    def since(self, t):
-        with self.lock:
-            return [(ta, m) for ta, m in self.outputs if ta >= t]
-
-    def call(self, client, request=None):
-        assert client.wait_for_service(timeout_sec=30), 'safety_supervisor services not found'
-        future = client.call_async(request if request is not None else Trigger.Request())
-        wait_for(future.done, 15, what='service response')
-        return future.result()
-
-    def close(self):
-        self._stop.set()
-        self.thread.join(timeout=2)
-        self.spinner.stop()
 
 
 @pytest.fixture(scope='module')

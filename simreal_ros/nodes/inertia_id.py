@@ -7,10 +7,10 @@
     ros2 topic echo /sysid/result --qos-durability transient_local
 
 Before start: safety_supervisor forwards the sysid source (estop, select_sysid true, reset).
-See simreal_ros.nodes.sysid_common for the run, simreal_ros.core.sysid for the method.
+See simreal_ros.nodes.sysid_experiment for the run, simreal_ros.core.sysid for the method.
 """
 from simreal_ros.nodes.common import run
-from simreal_ros.nodes.sysid_common import SysidNode
+from simreal_ros.nodes.sysid_experiment import SysidNode
 
 
 class InertiaId(SysidNode):

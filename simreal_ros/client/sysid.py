@@ -1,6 +1,6 @@
 """Client side of the SysID nodes and sim_bridge, for the `simreal` CLI and the demo.
 
-The interfaces used (relative to the graph's namespace; see simreal_ros.nodes.sysid_common):
+The interfaces used (relative to the graph's namespace; see simreal_ros.nodes.sysid_experiment):
 
 - `<kind>_id/start`, `<kind>_id/abort` (std_srvs/Trigger); progress as JSON on
   `<kind>_id/progress` (`experiment`, `joint`, `phase`, `percent`, `time_left_s`; phase `done`
@@ -22,18 +22,18 @@ import time
 
 import yaml
 
+from simreal_ros.client.ros import join_name, Missing
+
 RESULT_TOPIC = 'sysid/result'
 PROGRESS_TOPIC = '{node}/progress'
 
 
 def _missing(text):
-    from simreal_ros.cli import Missing
     return Missing(text)
 
 
 def _join(ros, name):
-    from simreal_ros.cli import _join
-    return _join(ros.namespace, name)
+    return join_name(ros.namespace, name)
 
 
 def _parse(text):

@@ -39,7 +39,7 @@ from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
 from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
 from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare
-from simreal_ros.sysid_client import bridge_parameters
+from simreal_ros.client.sysid import bridge_parameters
 
 SUBSCRIBE_GRACE_S = 1.0   # first joint_states after ~/start subscribes (DDS matching)
 

@@ -1,0 +1,184 @@
+"""The operator side's connection to a running graph (rclpy only, no ros2cli needed).
+
+`Ros` is one short-lived rclpy node spun in a background thread, with the service and topic
+helpers every client uses (the `simreal` verbs, the demo, the monitor, the SysID client, the
+benches); a node or service that is not reachable raises `Missing` naming it. Set
+ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE as for the graph you want to reach.
+"""
+import json
+import os
+import threading
+import time
+
+# A fresh CLI process discovers the graph's services in well under a second on an idle machine,
+# but several seconds when the machine is busy: an e-stop that gives up too early is worse
+# than one that lands late, so the CLI waits this long before saying a node is not running.
+SERVICE_WAIT_S = 10.0
+
+
+class Missing(RuntimeError):
+    """A node or service the verb needs is not reachable."""
+
+
+def dds_hint():
+    """Return the DDS settings in use and how to start the graph, for a 'not found' message."""
+    from simreal_ros.graph import env_summary
+    env = env_summary()
+    return (f'(ROS_DOMAIN_ID={env["ROS_DOMAIN_ID"]}, ROS_AUTOMATIC_DISCOVERY_RANGE='
+            f'{env["ROS_AUTOMATIC_DISCOVERY_RANGE"]}; start the graph with `simreal up`)')
+
+
+def join_name(namespace, name):
+    """Return `name` resolved in `namespace` (absolute names are kept)."""
+    if name.startswith('/'):
+        return name
+    ns = (namespace or '').strip('/')
+    return f'/{ns}/{name}' if ns else f'/{name}'
+
+
+class Ros:
+    """One short-lived rclpy node for a CLI verb, spun in a background thread."""
+
+    def __init__(self, namespace='', use_sim_time=False):
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.parameter import Parameter
+        self.rclpy = rclpy
+        self.namespace = namespace
+        rclpy.init(args=[])
+        self.node = rclpy.create_node(
+            f'simreal_cli_{os.getpid()}',
+            parameter_overrides=[Parameter('use_sim_time', value=bool(use_sim_time))])
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self):
+        while not self._stop.is_set():
+            try:
+                self.executor.spin_once(timeout_sec=0.05)
+            except Exception:  # noqa: BLE001 - shutdown races end the thread quietly
+                if not self.rclpy.ok():
+                    return
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.node.destroy_node()
+        self.rclpy.try_shutdown()
+
+    def call(self, srv_type, name, request, owner, timeout=10.0, wait=SERVICE_WAIT_S):
+        """Call a service; raise Missing with the node and service when it is not there."""
+        fqn = join_name(self.namespace, name)
+        client = self.node.create_client(srv_type, fqn)
+        try:
+            if not client.wait_for_service(timeout_sec=wait):
+                raise Missing(f'{owner} is not running: service {fqn} not found within '
+                              f'{wait:g} s {dds_hint()}')
+            future = client.call_async(request)
+            deadline = time.monotonic() + timeout
+            while not future.done():
+                if time.monotonic() > deadline:
+                    raise Missing(f'{owner} did not answer {fqn} within {timeout:g} s')
+                time.sleep(0.01)
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def wait_service(self, name, owner, wait=SERVICE_WAIT_S):
+        """Raise Missing unless the service `name` of `owner` is offered."""
+        from std_srvs.srv import Trigger
+        fqn = join_name(self.namespace, name)
+        client = self.node.create_client(Trigger, fqn)
+        try:
+            if not client.wait_for_service(timeout_sec=wait):
+                raise Missing(f'{owner} is not running: service {fqn} not found within '
+                              f'{wait:g} s {dds_hint()}')
+        finally:
+            self.node.destroy_client(client)
+        return True
+
+    def trigger(self, name, owner, timeout=10.0):
+        from std_srvs.srv import Trigger
+        return self.call(Trigger, name, Trigger.Request(), owner, timeout)
+
+    def set_bool(self, name, value, owner, timeout=10.0):
+        from std_srvs.srv import SetBool
+        return self.call(SetBool, name, SetBool.Request(data=bool(value)), owner, timeout)
+
+    def latest(self, msg_type, topic, qos, timeout, what):
+        """Return the first message on `topic` within `timeout` s, or raise Missing."""
+        got = []
+        sub = self.node.create_subscription(msg_type, join_name(self.namespace, topic),
+                                            got.append, qos)
+        try:
+            deadline = time.monotonic() + timeout
+            while not got and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            self.node.destroy_subscription(sub)
+        if not got:
+            raise Missing(f'{what}: nothing on {join_name(self.namespace, topic)} within '
+                          f'{timeout:g} s {dds_hint()}')
+        return got[-1]
+
+    def collect(self, msg_type, topic, qos, duration):
+        """Return every message on `topic` during `duration` s."""
+        got = []
+        sub = self.node.create_subscription(msg_type, join_name(self.namespace, topic),
+                                            got.append, qos)
+        time.sleep(duration)   # a sampling window, not synchronisation
+        self.node.destroy_subscription(sub)
+        return got
+
+    def node_names(self):
+        return {('/' + ns.strip('/') + '/' + n).replace('//', '/')
+                for n, ns in self.node.get_node_names_and_namespaces()}
+
+
+def safety_state(ros, timeout=3.0):
+    """Return the supervisor's latched safety/state as a dict."""
+    from std_msgs.msg import String
+    from simreal_ros.nodes.common import LATCHED_QOS
+    msg = ros.latest(String, 'safety/state', LATCHED_QOS, timeout,
+                     'safety_supervisor is not running')
+    return json.loads(msg.data)
+
+
+PARAM_TYPES = {1: 'bool', 2: 'int', 3: 'double', 4: 'string', 5: 'bytes', 6: 'bool[]',
+               7: 'int[]', 8: 'double[]', 9: 'string[]'}
+
+
+def describe_parameters(ros, node):
+    """Return [(name, type, value, description, range, read_only)] of a running node."""
+    from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters
+    names = sorted(ros.call(ListParameters, f'{node}/list_parameters',
+                            ListParameters.Request(), node).result.names)
+    desc = ros.call(DescribeParameters, f'{node}/describe_parameters',
+                    DescribeParameters.Request(names=names), node).descriptors
+    values = ros.call(GetParameters, f'{node}/get_parameters',
+                      GetParameters.Request(names=names), node).values
+    if len(values) != len(names):   # one unreadable parameter empties the batch: one by one
+        from rcl_interfaces.msg import ParameterValue
+        values = []
+        for name in names:
+            got = ros.call(GetParameters, f'{node}/get_parameters',
+                           GetParameters.Request(names=[name]), node).values
+            values.append(got[0] if got else ParameterValue())
+    rows = []
+    for name, d, v in zip(names, desc, values):
+        value = {1: v.bool_value, 2: v.integer_value, 3: v.double_value, 4: v.string_value,
+                 6: list(v.bool_array_value), 7: list(v.integer_array_value),
+                 8: list(v.double_array_value), 9: list(v.string_array_value)}.get(v.type)
+        rng = ''
+        if d.floating_point_range:
+            r = d.floating_point_range[0]
+            rng = f'[{r.from_value:g}, {r.to_value:g}]'
+        elif d.integer_range:
+            r = d.integer_range[0]
+            rng = f'[{r.from_value}, {r.to_value}]'
+        rows.append((name, PARAM_TYPES.get(v.type, 'unset'), value, d.description, rng,
+                     d.read_only))
+    return rows
