@@ -46,6 +46,28 @@ def stamp_to_sec(stamp):
     return stamp.sec + stamp.nanosec * 1e-9
 
 
+EXECUTOR_KINDS = ('events', 'single')
+
+
+def make_executor(kind='single'):
+    """Return an executor of `kind` ('events' or 'single') and the kind actually made.
+
+    'events' is rclpy.experimental.EventsExecutor (callbacks from the middleware's events, no
+    wait-set rebuilt per spin: the cheaper one); where this rclpy lacks it (or it fails to
+    start) the node falls back to a SingleThreadedExecutor, said on stderr.
+    """
+    if kind not in EXECUTOR_KINDS:
+        raise ConfigError(f'parameter executor: {kind!r} is neither of {EXECUTOR_KINDS}')
+    if kind == 'events':
+        try:
+            from rclpy.experimental import EventsExecutor
+            return EventsExecutor(), 'events'
+        except (ImportError, AttributeError, RuntimeError) as exc:
+            print(f'EventsExecutor unavailable ({exc}): using SingleThreadedExecutor',
+                  file=sys.stderr, flush=True)
+    return SingleThreadedExecutor(), 'single'
+
+
 def run(node_class, args=None):
     """Spin one node; configuration errors exit 2 with a clear line.
 
@@ -61,7 +83,7 @@ def run(node_class, args=None):
     code = 0
     try:
         node = node_class()
-        executor = SingleThreadedExecutor()
+        executor, node.executor_kind = make_executor(getattr(node, 'executor_kind', 'single'))
         executor.add_node(node)
         executor.spin()
     except ConfigError as exc:

@@ -66,6 +66,10 @@ class SimRobot(Node):
                               command_timeout=p['command_timeout_s'], seed=p['seed'],
                               initial_position=p['initial_position'] or None)
         self.rtf = p['real_time_factor']
+        self.executor_kind = p['executor']
+        # sim/base_pose (ground truth for benches) every this many published states
+        self._pose_every = max(1, int(round(p['publish_rate_hz'] / p['base_pose_rate_hz'])))
+        self._pose_count = 0
         self.hold_until_command = p['hold_until_command']
         self._commanded = False
         self.publish_clock = p['publish_clock']
@@ -153,6 +157,16 @@ class SimRobot(Node):
         for key in PLANT_SCALARS:
             p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
                                         read_only=True)
+        p['executor'] = declare(self, 'executor', 'single', "'events' (rclpy EventsExecutor: "
+                                "no wait set rebuilt per callback, experimental) or 'single' "
+                                "(SingleThreadedExecutor, the default: the one tested here); "
+                                "'events' falls back to single where rclpy lacks it",
+                                read_only=True)
+        p['base_pose_rate_hz'] = declare(self, 'base_pose_rate_hz', 50.0, 'rate of the '
+                                         'ground-truth sim/base_pose (floating base), for '
+                                         "benches' distance and fall checks: a third of the "
+                                         "node's publishing at the joint_states rate, not needed "
+                                         'at it (Hz)', low=0.1, high=5000.0, read_only=True)
         p.update(self._lockstep_declare())
         if not p['joint_names']:
             raise ConfigError('parameter joint_names is empty: list the actuated joints to expose')
@@ -292,7 +306,10 @@ class SimRobot(Node):
             (imu.linear_acceleration.x, imu.linear_acceleration.y,
              imu.linear_acceleration.z) = (float(v) for v in reading.linear_acceleration)
             self.pub_imu.publish(imu)
-            self._publish_base_pose(reading, stamp)
+            self._pose_count += 1
+            if self._pose_count >= self._pose_every or self.lockstep:
+                self._pose_count = 0
+                self._publish_base_pose(reading, stamp)
 
     def _publish_diagnostics(self):
         now = time.monotonic()
@@ -310,6 +327,7 @@ class SimRobot(Node):
             status.level = DiagnosticStatus.OK
             status.message = f'running, {rate:.0f} Hz'
         values = dict(self.counters, command_timeouts=self.plant.timeouts,
+                      executor=self.executor_kind,
                       publish_rate_hz=f'{rate:.1f}', real_time_factor=f'{(sim - sim0) / dt:.3f}',
                       sim_time_s=f'{sim:.3f}', last_reject=self.last_reject)
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
