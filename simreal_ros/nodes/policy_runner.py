@@ -223,7 +223,10 @@ class PolicyRunner(Node):
         if now < self._warn_after.get(kind, 0.0):
             return
         self._warn_after[kind] = now + 2.0
-        (self.get_logger().error if error else self.get_logger().warning)(text)
+        if error:   # one call site per severity (rclpy refuses a change at one site)
+            self.get_logger().error(text)
+        else:
+            self.get_logger().warning(text)
 
     # -- inputs ---------------------------------------------------------------------------
     def _on_joint_states(self, msg):
