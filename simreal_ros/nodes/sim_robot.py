@@ -84,6 +84,7 @@ class SimRobot(Node):
         self._pending = None      # (reading, perf_counter time it stands for), published next tick
         self._offset = None       # ROS time minus perf_counter (s), see _clock_offset
         self._periods_done = 0
+        self._joint_msg = self._imu_msg = None   # reused every period (see _publish)
         self._sim_last = self.plant.time
 
         group = MutuallyExclusiveCallbackGroup()
@@ -287,17 +288,20 @@ class SimRobot(Node):
         else:
             stamp = rclpy.time.Time(nanoseconds=int(round((wall + self._clock_offset())
                                                           * 1e9))).to_msg()
-        msg = JointState()
+        msg = self._joint_msg   # made once: publish() serialises it at once
+        if msg is None:
+            msg = self._joint_msg = JointState(name=list(self.plant.names))
         msg.header.stamp = stamp
-        msg.name = self.plant.names
         msg.position = reading.position.tolist()
         msg.velocity = reading.velocity.tolist()
         msg.effort = reading.effort.tolist()
         self.pub_joint.publish(msg)
         if self.pub_imu is not None:
-            imu = Imu()
+            imu = self._imu_msg
+            if imu is None:
+                imu = self._imu_msg = Imu()
+                imu.header.frame_id = self.plant.model.body(self.plant.base_body).name
             imu.header.stamp = stamp
-            imu.header.frame_id = self.plant.model.body(self.plant.base_body).name
             w, x, y, z = reading.orientation
             imu.orientation.w, imu.orientation.x = float(w), float(x)
             imu.orientation.y, imu.orientation.z = float(y), float(z)
