@@ -86,7 +86,10 @@ def main():
     if lockstep:
         sim_overlay['sim_robot'].update(lockstep=True, lockstep_period_s=0.02,
                                         lockstep_timeout_s=0.0, publish_clock=True)
-        sim_overlay['policy_runner'].update(lockstep=True, use_sim_time=True)
+        # The reference holds one command: a lockstep run on a loaded machine may not see a
+        # cmd_vel for cmd_vel_timeout_s (wall), which would zero it mid-run.
+        sim_overlay['policy_runner'].update(lockstep=True, use_sim_time=True,
+                                            cmd_vel_timeout_s=3600.0)
         # On sim_robot's /clock, the supervisor forwards each command as it arrives (with its
         # stamp, which is what the lockstep waits for); its ticks re-send older stamps only.
         sim_overlay['safety_supervisor'].update(use_sim_time=True)
