@@ -85,7 +85,10 @@ def main():
     if lockstep:
         sim_overlay['sim_robot'].update(lockstep=True, lockstep_period_s=0.02,
                                         lockstep_timeout_s=0.0, publish_clock=True)
-        sim_overlay['policy_runner'].update(lockstep=True, use_sim_time=True)
+        # The reference holds one command: a lockstep run on a loaded machine may not see a
+        # cmd_vel for cmd_vel_timeout_s (wall), which would zero it mid-run.
+        sim_overlay['policy_runner'].update(lockstep=True, use_sim_time=True,
+                                            cmd_vel_timeout_s=3600.0)
         # On sim_robot's /clock, the supervisor forwards each command as it arrives (with its
         # stamp, which is what the lockstep waits for); its ticks re-send older stamps only.
         sim_overlay['safety_supervisor'].update(use_sim_time=True)
@@ -118,6 +121,16 @@ def main():
                              lambda m: states.append(stamp_to_sec(m.header.stamp)),
                              SENSOR_SUB_QOS)
     hold = node.create_publisher(JointState, hold_topic, COMMAND_QOS)
+    from geometry_msgs.msg import Twist
+    cmd_vel = node.create_publisher(Twist, 'cmd_vel', 10)
+    diag = {}   # policy_runner's diagnostics: cmd_vel_received before the enable
+
+    def on_diag(msg):
+        for status in msg.status:
+            if status.name == 'policy_runner: loop':
+                diag.update({kv.key: kv.value for kv in status.values})
+    from diagnostic_msgs.msg import DiagnosticArray
+    node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
     safety = []   # the supervisor's latched JSON state: its events explain a safe stop
     from std_msgs.msg import String
     from simreal_ros.nodes.common import LATCHED_QOS
@@ -130,6 +143,17 @@ def main():
     procs = []
     try:
         stop_hold = threading.Event()
+        stop_teleop = threading.Event()
+
+        def teleop():
+            # The reference's command, 0.5 m/s forward, re-sent at 10 Hz as a teleop does:
+            # policy_runner takes a cmd_vel older than cmd_vel_timeout_s as zero.
+            while not stop_teleop.is_set():
+                msg = Twist()
+                msg.linear.x = 0.5
+                cmd_vel.publish(msg)
+                stop_teleop.wait(0.1)
+        threading.Thread(target=teleop, daemon=True).start()
         if not lockstep and not supervisor:
             # Hold the default pose from before the robot exists, as the reference starts.
 
@@ -149,6 +173,8 @@ def main():
                                      extra_args=overlay))
         assert enable.wait_for_service(timeout_sec=60), procs[1].output()
         wait_for(lambda: states, 60, what='joint_states from sim_robot')
+        wait_for(lambda: diag.get('cmd_vel_received', '0') != '0', 10,
+                 what='policy_runner receiving cmd_vel')
         summary = {'mode': args.mode, 'supervisor': bool(supervisor)}
         if not lockstep:
             summary['real_time_factor'] = args.rtf
@@ -238,6 +264,7 @@ def main():
             if p.proc.poll() is not None:
                 summary.setdefault('exited', []).append(p.cmd[2])
     finally:
+        stop_teleop.set()
         spinner.stop()
         for p in procs:
             p.stop()

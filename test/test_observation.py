@@ -96,3 +96,15 @@ def test_joint_map_by_name_and_missing_joints_named():
         JointMap(['a', 'x', 'y'], ['a', 'b'])
     with pytest.raises(ValueError, match=r"lacks the policy joint\(s\) \['c'\]"):
         m.to_policy(['a', 'b'], [1.0, 2.0])
+
+
+def test_joint_states_naming_a_joint_twice_is_refused():
+    m = JointMap(['c', 'a'], ['a', 'b', 'c'])
+    with pytest.raises(ValueError, match=r"names \['a'\] more than once"):
+        m.to_policy(['a', 'b', 'c', 'a'], [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_allclose(m.to_policy(['a', 'b', 'c'], [1.0, 2.0, 3.0]), [3.0, 1.0])
+
+
+def test_builder_says_whether_it_needs_velocities():
+    assert build({'observation.terms': ['joint_pos', 'joint_vel']}).needs_velocity
+    assert not build({'observation.terms': ['joint_pos']}).needs_velocity

@@ -250,3 +250,15 @@ def test_loop_timing_percentiles_from_histograms_are_within_a_bin_above_exact():
         assert exact * 0.999 <= s[f'e2e_latency_ms_p{q}'] <= exact * 1.024, q
     assert s['e2e_latency_ms_max'] == x.max()
     assert 'inference_us_p50' not in s     # no samples, no figure
+
+
+def test_command_limits_clip_count_and_refuse_non_finite():
+    from simreal_ros.core.policy import CommandLimits
+    limits = CommandLimits([-0.5, -1.0, -1.0], [1.0, 1.0, 1.0])
+    assert limits.apply(0.2, 0.0, 0.0) == (0.2, 0.0, 0.0) and limits.clipped == 0
+    assert limits.apply(3.0, -2.0, 0.5) == (1.0, -1.0, 0.5) and limits.clipped == 2
+    assert limits.apply(-0.7, 0.0, 0.0) == (-0.5, 0.0, 0.0) and limits.clipped == 3
+    with pytest.raises(ValueError, match='not finite'):
+        limits.apply(float('nan'), 0.0, 0.0)
+    with pytest.raises(ConfigError, match='cmd_vel_min / cmd_vel_max'):
+        CommandLimits([1.0, 0.0, 0.0], [0.0, 0.0, 0.0])

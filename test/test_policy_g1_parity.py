@@ -37,7 +37,7 @@ def test_g1_reference_loop_actions_match_trace(g1_dir):
         q = data.qpos
         quat_xyzw = [q[4], q[5], q[6], q[3]]   # as sensor_msgs/Imu carries it
         inp = ctl.inputs(data.time, names, data.qpos[qadr], data.qvel[dadr], quat_xyzw,
-                         data.qvel[3:6])
+                         data.qvel[3:6], (0.5, 0.0, 0.0))   # the reference's command
         target, action = ctl.step(inp)
         errors.append(np.abs(action - trace['actions'][k]).max())
     errors = np.array(errors)

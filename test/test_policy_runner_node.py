@@ -109,7 +109,8 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
     sim = NodeProcess('sim_robot', params_file=ARM,
                       extra_args=['-r', 'hardware/command:=policy/command'])
     runner = NodeProcess('policy_runner', params_file=ARM, extra_args=overlay(
-        tmp_path, {'policy_path': policy, 'max_input_age_s': 0.05}))
+        tmp_path, {'policy_path': policy, 'max_input_age_s': 0.05,
+                   'late_input_max_age_s': 0.05, 'cmd_vel_min': [-5.0, -5.0, -5.0]}))
     probe = Probe()
     try:
         # Disabled: the loop ticks, nothing is published.

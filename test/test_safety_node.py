@@ -4,7 +4,6 @@
 `policy/command`, records every `hardware/command` with its arrival time, follows the latched
 `safety/state` and calls the supervisor's services.
 """
-import json
 import math
 import os
 import signal

@@ -126,6 +126,9 @@ class JointMap:
         idx = self._cache.get(key)
         if idx is None:
             lookup = {n: i for i, n in enumerate(names)}
+            if len(lookup) != len(names):
+                dup = sorted({n for n in names if list(names).count(n) > 1})
+                raise ValueError(f'joint_states names {dup} more than once')
             missing = [n for n in self.policy_names if n not in lookup]
             if missing:
                 raise ValueError(f'joint_states lacks the policy joint(s) {missing}')
@@ -176,6 +179,7 @@ class ObservationBuilder:
         self.clip = float(clip)
         self.size = sum(t.length for t in self.terms)
         self.needs_imu = any(TERM_KINDS[t.kind][1] for t in self.terms)
+        self.needs_velocity = any(t.kind == 'joint_vel' for t in self.terms)
         self.clipped = 0  # observation elements changed by a clip (term or final), counted
         self.reset()
 

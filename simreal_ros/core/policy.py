@@ -321,6 +321,29 @@ class PolicyController:
         return self.joint_map.to_command(targets), action
 
 
+class CommandLimits:
+    """Clip a velocity command (vx, vy, wz) to configured ranges, counting clipped values."""
+
+    def __init__(self, low, high, source='policy_runner'):
+        self.low = np.asarray(low, float).reshape(-1)
+        self.high = np.asarray(high, float).reshape(-1)
+        if (self.low.shape != (3,) or self.high.shape != (3,) or not np.all(self.low <= self.high)
+                or not np.all(np.isfinite(self.low)) or not np.all(np.isfinite(self.high))):
+            raise ConfigError(f'{source}: cmd_vel_min / cmd_vel_max need three finite values '
+                              f'each (vx, vy, wz), min <= max; got {self.low.tolist()} / '
+                              f'{self.high.tolist()}')
+        self.clipped = 0
+
+    def apply(self, vx, vy, wz):
+        """Return the clipped command as a tuple; raise ValueError when not finite."""
+        raw = np.array((vx, vy, wz), dtype=float)
+        if not np.all(np.isfinite(raw)):
+            raise ValueError(f'cmd_vel not finite: {raw.tolist()}')
+        cmd = np.clip(raw, self.low, self.high)
+        self.clipped += int(np.count_nonzero(cmd != raw))
+        return tuple(cmd.tolist())
+
+
 class _Histogram:
     """Counts of a positive series in log-spaced bins (100 a decade, 1e-3 to 1e5): O(1) to
     add to, a few microseconds to read. A percentile is its bin's upper edge (at most 2.3 %

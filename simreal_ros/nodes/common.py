@@ -67,9 +67,32 @@ class _Stop:
             self.signal = signum
 
     def restore(self):
+        """Ignore further signals: the node is gone, a late one must not kill the exit (-15)."""
         import signal
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+        for sig in self.previous:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+EXECUTOR_KINDS = ('events', 'single')
+
+
+def make_executor(kind='single'):
+    """Return an executor of `kind` ('events' or 'single') and the kind actually made.
+
+    'events' is rclpy.experimental.EventsExecutor (callbacks from the middleware's events, no
+    wait-set rebuilt per spin: the cheaper one); where this rclpy lacks it (or it fails to
+    start) the node falls back to a SingleThreadedExecutor, said on stderr.
+    """
+    if kind not in EXECUTOR_KINDS:
+        raise ConfigError(f'parameter executor: {kind!r} is neither of {EXECUTOR_KINDS}')
+    if kind == 'events':
+        try:
+            from rclpy.experimental import EventsExecutor
+            return EventsExecutor(), 'events'
+        except (ImportError, AttributeError, RuntimeError) as exc:
+            print(f'EventsExecutor unavailable ({exc}): using SingleThreadedExecutor',
+                  file=sys.stderr, flush=True)
+    return SingleThreadedExecutor(), 'single'
 
 
 def run(node_class, args=None):
@@ -95,7 +118,7 @@ def run(node_class, args=None):
     name = getattr(node_class, 'NODE_NAME', node_class.__name__)
     try:
         node = node_class()
-        executor = SingleThreadedExecutor()
+        executor, node.executor_kind = make_executor(getattr(node, 'executor_kind', 'single'))
         executor.add_node(node)
         # Short waits: a Python signal handler runs only when the wait returns.
         while stop.signal is None and rclpy.ok():

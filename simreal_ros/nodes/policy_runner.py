@@ -10,9 +10,16 @@ robot's parameter file (`policy_runner` section); the maths lives in simreal_ros
 
 It starts disabled and publishes nothing until enabled. Every tick (a timer at `rate_hz` on ROS
 time, so `use_sim_time` works) it takes the newest `joint_states` (and `imu` when the
-observation needs it); inputs older than `max_input_age_s` are not used: that tick publishes
-nothing, and it is counted and reported (the safety_supervisor turns silence into a safe state).
-A non-finite policy output is never published. `policy/command` (sensor_msgs/JointState) names
+observation needs it); an input older than `max_input_age_s` but at most `late_input_max_age_s`
+old is still used (a loaded machine delivers late; skipping the tick would starve the robot) and
+counted (`late_inputs_used`); an older one is not used: that tick publishes nothing, and it is
+counted and reported (the safety_supervisor turns silence into a safe state). A tick also
+refuses (counted, reported) inputs stamped more than `future_stamp_tolerance_s` ahead of now,
+joint_states naming a joint twice, and joint_states without velocities when the observation
+uses them (never zero-filled). A non-finite policy output is never published.
+`cmd_vel` is clipped to [`cmd_vel_min`, `cmd_vel_max`] (clipped elements counted); one older
+than `cmd_vel_timeout_s` (steady clock: an operator's command ages in wall time) gives way to
+zero; before the first one the observation's configured default (zero) is used. `policy/command` (sensor_msgs/JointState) names
 the driver's joints and carries the stamp of the joint_states the command was computed from.
 Per-tick timing (period error, inference time, observation age, latency, deadline misses) goes to
 `/diagnostics`. On the wall clock the tick's phase is aligned to the joint_states stream
@@ -39,8 +46,8 @@ from std_srvs.srv import SetBool, Trigger
 
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.observation import term_parameters
-from simreal_ros.core.policy import (RUNNER_PARAMETERS, LoopTiming, PhaseAligner,
-                                     PolicyController)
+from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
+                                     PhaseAligner, PolicyController)
 from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS, declare, run, stamp_to_sec
 
 
@@ -58,12 +65,21 @@ class PolicyRunner(Node):
         self.ctl = PolicyController(params, source=f'{self.get_name()} parameters')
         self.period = 1.0 / float(params['rate_hz'])
         self.max_age = float(params['max_input_age_s'])
+        self.late_max_age = max(float(params['late_input_max_age_s']), self.max_age)
+        self.future_tol = float(params['future_stamp_tolerance_s'])
         self.cmd_timeout = float(params['cmd_vel_timeout_s'])
+        self.cmd_limits = CommandLimits(params['cmd_vel_min'], params['cmd_vel_max'],
+                                        f'{self.get_name()} parameters')
+        self.executor_kind = params['executor']
+        self._zero_cmd = (0.0, 0.0, 0.0)
+        self._warn_after = {}   # message kind -> monotonic time before which it is not logged
         self.lockstep = bool(params['lockstep'])
         self.enabled = False
         self.counters = dict(ticks=0, published=0, stale_ticks=0, bad_input=0, non_finite=0,
                              resets=0, lockstep_steps=0, phase_alignments=0, awaited_ticks=0,
-                             await_timeouts=0)
+                             await_timeouts=0, late_inputs_used=0, future_stamped=0,
+                             duplicate_names=0, missing_velocity=0, cmd_vel_received=0,
+                             cmd_vel_rejected=0, cmd_vel_timeouts=0)
         self.last_problem = ''
         self.timing = LoopTiming(self.period)
         self._lock = threading.Lock()
@@ -71,7 +87,8 @@ class PolicyRunner(Node):
         self._joint_seq = 0  # joint_states messages received
         self._awaiting = None  # (tick start, _joint_seq then): the tick awaits joint_states
         self._imu = None
-        self._cmd = None     # (msg, arrival ROS time s)
+        self._cmd = None     # ((vx, vy, wz) clipped, arrival monotonic s)
+        self._cmd_timed_out = False
         self._last_stamp = None   # lockstep: the observation stamp last computed
 
         control = MutuallyExclusiveCallbackGroup()
@@ -128,11 +145,33 @@ class PolicyRunner(Node):
         for name, default, description, low, high in RUNNER_PARAMETERS:
             p[name] = self._declare(name, default, description, low, high)
         p['max_input_age_s'] = self._declare(
-            'max_input_age_s', 0.02, 'inputs older than this (by header stamp, ROS time) are '
-            'not used: the tick publishes nothing and is counted (s)', 0.0, 10.0)
+            'max_input_age_s', 0.02, 'inputs up to this old (by header stamp, ROS time) are '
+            'fresh; older ones are late (see late_input_max_age_s) (s)', 0.0, 10.0)
+        p['late_input_max_age_s'] = self._declare(
+            'late_input_max_age_s', 0.06, 'a late input up to this old is still used, and '
+            'counted (late_inputs_used); an older one is not: the tick publishes nothing and is '
+            'counted (stale_ticks). Default: 3 periods of a 50 Hz policy, the age at which the '
+            "supervisor's policy_timeout_s gives up on the policy anyway (s)", 0.0, 10.0)
+        p['future_stamp_tolerance_s'] = self._declare(
+            'future_stamp_tolerance_s', 0.01, 'an input stamped more than this ahead of now is '
+            'refused (counted: future_stamped); 10 ms is well above the offset of clocks synced '
+            'by NTP/PTP on one network, far below a wrong clock (s)', 0.0, 10.0)
         p['cmd_vel_timeout_s'] = self._declare(
-            'cmd_vel_timeout_s', 0.0, 'after this long without cmd_vel the configured default '
-            'command is used again (s); 0 = keep the last one', 0.0, 3600.0)
+            'cmd_vel_timeout_s', 0.5, 'a cmd_vel older than this (steady clock) gives way to a '
+            'zero command (counted: cmd_vel_timeouts); 0.5 s: five periods of a 10 Hz teleop, '
+            'a few steps of a walking robot (s)', 0.01, 3600.0)
+        p['cmd_vel_min'] = self._declare(
+            'cmd_vel_min', [-1.0, -1.0, -1.0], 'lower bound of cmd_vel (vx m/s, vy m/s, wz '
+            'rad/s), clipped elements counted (cmd_vel_clipped); +-1 is the usual training '
+            'range of legged velocity policies', None, None)
+        p['cmd_vel_max'] = self._declare(
+            'cmd_vel_max', [1.0, 1.0, 1.0], 'upper bound of cmd_vel (vx m/s, vy m/s, wz rad/s)',
+            None, None)
+        p['executor'] = self._declare(
+            'executor', 'single', "'events' (rclpy EventsExecutor: no wait set rebuilt per "
+            "callback) or 'single' (SingleThreadedExecutor, the default: under rclpy 9.x's "
+            "EventsExecutor this node's loop timer did not fire); 'events' falls back to single "
+            'where rclpy lacks it', None, None)
         p['align_to_joint_states'] = self._declare(
             'align_to_joint_states', True, 'choose the tick phase against the joint_states '
             "arrivals (see align_mode) at enable ('after': also when it drifts); the rate "
@@ -176,6 +215,18 @@ class PolicyRunner(Node):
                         dynamic_typing=True)
         return list(value) if isinstance(value, (list, tuple)) or hasattr(value, 'tolist') \
             else value
+
+    def _warn(self, kind, text, error=False):
+        """Log at most every 2 s per kind (checked here: the logger's own throttle looks up its
+        caller on every call, which was 9 % of this node's CPU on stale ticks)."""
+        now = time.monotonic()
+        if now < self._warn_after.get(kind, 0.0):
+            return
+        self._warn_after[kind] = now + 2.0
+        if error:   # one call site per severity (rclpy refuses a change at one site)
+            self.get_logger().error(text)
+        else:
+            self.get_logger().warning(text)
 
     # -- inputs ---------------------------------------------------------------------------
     def _on_joint_states(self, msg):
@@ -277,7 +328,16 @@ class PolicyRunner(Node):
                 self._compute_tick(wall0)
 
     def _on_cmd_vel(self, msg):
-        self._cmd = (msg, self._now())
+        self.counters['cmd_vel_received'] += 1
+        try:
+            cmd = self.cmd_limits.apply(msg.linear.x, msg.linear.y, msg.angular.z)
+        except ValueError as exc:
+            self.counters['cmd_vel_rejected'] += 1
+            self.last_problem = str(exc)
+            self._warn('cmd_vel', f'cmd_vel refused: {exc}')
+            return
+        self._cmd = (cmd, time.monotonic())
+        self._cmd_timed_out = False
 
     def _now(self):
         return self.get_clock().now().nanoseconds * 1e-9
@@ -336,14 +396,17 @@ class PolicyRunner(Node):
         """The tick's work (lock held): check the inputs' age, compute, publish."""
         now = self._now()
         joint, imu = self._joint, self._imu
-        stale = self._stale(joint, 'joint_states', now)
+        stale, late = self._stale(joint, 'joint_states', now)
         if not stale and self.ctl.needs_imu:
-            stale = self._stale(imu, 'imu', now)
+            stale, late_imu = self._stale(imu, 'imu', now)
+            late = late or late_imu
         if stale:
             self.counters['stale_ticks'] += 1
             self.last_problem = stale
-            self.get_logger().warning(f'not publishing: {stale}', throttle_duration_sec=2.0)
+            self._warn('stale', f'not publishing: {stale}')
             return
+        if late:
+            self.counters['late_inputs_used'] += 1
         self._compute_and_publish(joint, imu, now)
         self._last_tick_wall = wall0
         if self.aligner is not None and self.aligner.on_tick(wall0 - joint[1]):
@@ -351,12 +414,14 @@ class PolicyRunner(Node):
         self.timing.overrun(time.perf_counter() - wall0)
 
     def _stale(self, entry, topic, now):
+        """Return (why the input is not usable or '', whether it is late but usable)."""
         if entry is None:
-            return f'no {topic} received yet'
+            return f'no {topic} received yet', False
         age = now - stamp_to_sec(entry[0].header.stamp)
-        if age > self.max_age:
-            return f'{topic} is {age * 1e3:.1f} ms old (max_input_age_s {self.max_age:g})'
-        return ''
+        if age > self.late_max_age:
+            return (f'{topic} is {age * 1e3:.1f} ms old (late_input_max_age_s '
+                    f'{self.late_max_age:g})'), False
+        return '', age > self.max_age
 
     def _lockstep_try(self):
         """Compute for the newest observation once joint_states and imu share its stamp."""
@@ -377,26 +442,45 @@ class PolicyRunner(Node):
     def _compute_and_publish(self, joint, imu, now):
         msg, arrival = joint
         stamp = stamp_to_sec(msg.header.stamp)
+        ahead = max(stamp, stamp_to_sec(imu[0].header.stamp) if imu is not None else stamp) - now
+        if ahead > self.future_tol:
+            self.counters['future_stamped'] += 1
+            self.last_problem = (f'input stamped {ahead * 1e3:.1f} ms in the future '
+                                 f'(future_stamp_tolerance_s {self.future_tol:g})')
+            self._warn('future', f'not publishing: {self.last_problem}')
+            return
         command = None
-        if self._cmd is not None and (self.cmd_timeout <= 0
-                                      or now - self._cmd[1] <= self.cmd_timeout):
-            tw = self._cmd[0]
-            command = (tw.linear.x, tw.linear.y, tw.angular.z)
+        if self._cmd is not None:
+            if time.monotonic() - self._cmd[1] <= self.cmd_timeout:
+                command = self._cmd[0]
+            else:
+                command = self._zero_cmd
+                if not self._cmd_timed_out:
+                    self._cmd_timed_out = True
+                    self.counters['cmd_vel_timeouts'] += 1
+        velocity = msg.velocity
+        if not len(velocity) and self.ctl.builder.needs_velocity:
+            self.counters['missing_velocity'] += 1
+            self.last_problem = ('joint_states has no velocities and the observation uses '
+                                 'joint_vel: not zero-filled')
+            self._warn('velocity', f'not publishing: {self.last_problem}')
+            return
         try:
             imu_q = imu_w = None
             if imu is not None:
                 o, w = imu[0].orientation, imu[0].angular_velocity
                 imu_q, imu_w = (o.x, o.y, o.z, o.w), (w.x, w.y, w.z)
-            inputs = self.ctl.inputs(stamp, msg.name, msg.position, msg.velocity, imu_q, imu_w,
+            inputs = self.ctl.inputs(stamp, msg.name, msg.position, velocity, imu_q, imu_w,
                                      command)
             t0 = time.perf_counter()
             targets, _ = self.ctl.step(inputs)
             inference = time.perf_counter() - t0
         except ValueError as exc:
-            key = 'non_finite' if 'not finite' in str(exc) else 'bad_input'
+            key = ('non_finite' if 'not finite' in str(exc) else
+                   'duplicate_names' if 'more than once' in str(exc) else 'bad_input')
             self.counters[key] += 1
             self.last_problem = str(exc)
-            self.get_logger().error(f'not publishing: {exc}', throttle_duration_sec=2.0)
+            self._warn(key, f'not publishing: {exc}', error=True)
             return
         out = JointState()
         out.header.stamp = msg.header.stamp
@@ -423,17 +507,21 @@ class PolicyRunner(Node):
             counters = dict(self.counters)
         status = DiagnosticStatus(name=f'{self.get_name()}: loop',
                                   hardware_id=str(self.ctl.path))
-        problems = counters['stale_ticks'] + counters['bad_input'] + counters['non_finite']
+        problems = sum(counters[k] for k in (
+            'stale_ticks', 'bad_input', 'non_finite', 'future_stamped', 'duplicate_names',
+            'missing_velocity', 'cmd_vel_rejected'))
         if not self.enabled:
             status.level, status.message = DiagnosticStatus.OK, 'disabled'
         elif problems:
             status.level = DiagnosticStatus.WARN
-            status.message = (f'{counters["stale_ticks"]} stale ticks, {counters["bad_input"]} '
+            status.message = (f'{problems} ticks or inputs refused: '
+                              f'{counters["stale_ticks"]} stale ticks, {counters["bad_input"]} '
                               f'bad inputs, {counters["non_finite"]} non-finite outputs '
                               f'(last: {self.last_problem})')
         else:
             status.level, status.message = DiagnosticStatus.OK, 'running'
         values = dict(counters, enabled=self.enabled, rate_hz=1 / self.period,
+                      executor=self.executor_kind, cmd_vel_clipped=self.cmd_limits.clipped,
                       observation_clipped=self.ctl.builder.clipped,
                       action_clipped=self.ctl.actions.clipped, last_problem=self.last_problem)
         if self.aligner is not None and self.aligner.offset is not None:

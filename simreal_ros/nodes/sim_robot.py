@@ -73,6 +73,10 @@ class SimRobot(Node):
                               command_timeout=p['command_timeout_s'], seed=p['seed'],
                               initial_position=p['initial_position'] or None)
         self.rtf = p['real_time_factor']
+        self.executor_kind = p['executor']
+        # sim/base_pose (ground truth for benches) every this many published states
+        self._pose_every = max(1, int(round(p['publish_rate_hz'] / p['base_pose_rate_hz'])))
+        self._pose_count = 0
         self.hold_until_command = p['hold_until_command']
         self._commanded = False
         self.publish_clock = p['publish_clock']
@@ -91,6 +95,7 @@ class SimRobot(Node):
         self._pending = None      # (reading, perf_counter time it stands for), published next tick
         self._offset = None       # ROS time minus perf_counter (s), see _clock_offset
         self._periods_done = 0
+        self._joint_msg = self._imu_msg = None   # reused every period (see _publish)
         self._sim_last = self.plant.time
 
         group = MutuallyExclusiveCallbackGroup()
@@ -170,6 +175,16 @@ class SimRobot(Node):
         for key in PLANT_SCALARS:
             p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
                                         read_only=True)
+        p['executor'] = declare(self, 'executor', 'single', "'events' (rclpy EventsExecutor: "
+                                "no wait set rebuilt per callback, experimental) or 'single' "
+                                "(SingleThreadedExecutor, the default: the one tested here); "
+                                "'events' falls back to single where rclpy lacks it",
+                                read_only=True)
+        p['base_pose_rate_hz'] = declare(self, 'base_pose_rate_hz', 50.0, 'rate of the '
+                                         'ground-truth sim/base_pose (floating base), for '
+                                         "benches' distance and fall checks: a third of the "
+                                         "node's publishing at the joint_states rate, not needed "
+                                         'at it (Hz)', low=0.1, high=5000.0, read_only=True)
         p.update(self._lockstep_declare())
         if not p['joint_names']:
             raise ConfigError('parameter joint_names is empty: list the actuated joints to expose')
@@ -323,17 +338,20 @@ class SimRobot(Node):
         else:
             stamp = rclpy.time.Time(nanoseconds=int(round((wall + self._clock_offset())
                                                           * 1e9))).to_msg()
-        msg = JointState()
+        msg = self._joint_msg   # made once: publish() serialises it at once
+        if msg is None:
+            msg = self._joint_msg = JointState(name=list(self.plant.names))
         msg.header.stamp = stamp
-        msg.name = self.plant.names
         msg.position = reading.position.tolist()
         msg.velocity = reading.velocity.tolist()
         msg.effort = reading.effort.tolist()
         self.pub_joint.publish(msg)
         if self.pub_imu is not None:
-            imu = Imu()
+            imu = self._imu_msg
+            if imu is None:
+                imu = self._imu_msg = Imu()
+                imu.header.frame_id = self.plant.model.body(self.plant.base_body).name
             imu.header.stamp = stamp
-            imu.header.frame_id = self.plant.model.body(self.plant.base_body).name
             w, x, y, z = reading.orientation
             imu.orientation.w, imu.orientation.x = float(w), float(x)
             imu.orientation.y, imu.orientation.z = float(y), float(z)
@@ -342,7 +360,10 @@ class SimRobot(Node):
             (imu.linear_acceleration.x, imu.linear_acceleration.y,
              imu.linear_acceleration.z) = (float(v) for v in reading.linear_acceleration)
             self.pub_imu.publish(imu)
-            self._publish_base_pose(reading, stamp)
+            self._pose_count += 1
+            if self._pose_count >= self._pose_every or self.lockstep:
+                self._pose_count = 0
+                self._publish_base_pose(reading, stamp)
 
     def _publish_diagnostics(self):
         now = time.monotonic()
@@ -360,6 +381,7 @@ class SimRobot(Node):
             status.level = DiagnosticStatus.OK
             status.message = f'running, {rate:.0f} Hz'
         values = dict(self.counters, command_timeouts=self.plant.timeouts,
+                      executor=self.executor_kind,
                       publish_rate_hz=f'{rate:.1f}', real_time_factor=f'{(sim - sim0) / dt:.3f}',
                       sim_time_s=f'{sim:.3f}', last_reject=self.last_reject)
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]

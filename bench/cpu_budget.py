@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""CPU budget of the G1 graph in real time, against a plain rclpy relay measured in the same run.
+
+    .venv/bin/python bench/cpu_budget.py                # 60 s walk, CPU per node and the floor
+    .venv/bin/python bench/cpu_budget.py --load 1       # 20 s walk with 1 competing busy process
+
+The graph: sim_robot (500 Hz), safety_supervisor (500 Hz, stage 1.00), policy_runner (50 Hz),
+each its own process as in a deployment; the bench holds cmd_vel at the reference's 0.5 m/s
+(re-sent at 10 Hz, as a teleop does). CPU time per process is read from the OS
+(/proc/<pid>/stat utime + stime) over the walk only; one core = 100 %.
+
+The floor is a relay written the plain way a user would (SingleThreadedExecutor, a timer at the
+supervisor's rate, a subscription to joint_states, a JointState command published each tick),
+run as its own process during the same walk: `supervisor_over_floor` is the supervisor's CPU
+over the relay's, so the noise of a shared machine cancels in the ratio more than in the
+absolute figures.
+
+--load N starts N busy processes (each ends by itself after the run's time plus a margin, and
+the bench ends them) during the walk and reports `distance_m`, `falls`, `stale_ticks`,
+`late_inputs_used` (policy_runner diagnostics) and `grace_holds` (the supervisor's safety/state,
+null when it has no such key). The last line printed is a JSON summary.
+"""
+import argparse
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = Path(__file__).resolve().parents[1]
+G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
+CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
+sys.path.insert(0, str(REPO / 'test'))
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+NODES = ('sim_robot', 'safety_supervisor', 'policy_runner')
+WALK_VX = 0.5    # the reference trace's command (m/s)
+FALL_Z = 0.5     # base height below which the G1 has fallen (m)
+BUSY = ('import sys, time\nend = time.monotonic() + float(sys.argv[1])\n'
+        'while time.monotonic() < end:\n    pass\n')
+
+
+def relay_main(rate_hz):
+    """Run the floor: the plain relay a user would write (own process)."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import JointState
+
+    rclpy.init()
+    node = rclpy.create_node('relay_floor')
+    latest = {}
+    node.create_subscription(JointState, 'joint_states',
+                             lambda m: latest.__setitem__('msg', m), qos_profile_sensor_data)
+    pub = node.create_publisher(JointState, 'relay/command', 1)
+
+    def tick():
+        msg = latest.get('msg')
+        if msg is not None:
+            out = JointState()
+            out.header.stamp = node.get_clock().now().to_msg()
+            out.name = list(msg.name)
+            out.position = list(msg.position)
+            pub.publish(out)
+    node.create_timer(1.0 / rate_hz, tick)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        rclpy.try_shutdown()
+
+
+def cpu_seconds(pid):
+    """Return user + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def machine_load():
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--duration', type=float, default=None,
+                        help='walk seconds (default 60, or 20 with --load)')
+    parser.add_argument('--load', type=int, default=0, help='competing busy processes')
+    parser.add_argument('--executor', choices=('events', 'single'), default=None,
+                        help='executor of the three nodes (default: their configuration)')
+    parser.add_argument('--relay', type=float, help=argparse.SUPPRESS)   # the floor process
+    args = parser.parse_args()
+    if args.relay:
+        return relay_main(args.relay)
+    duration = args.duration or (20.0 if args.load else 60.0)
+    if not (G1 / 'policy.onnx').is_file():
+        print(json.dumps({'skipped': f'shared G1 data not found at {G1}'}))
+        return 0
+
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import PoseStamped, Twist
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rosproc import NodeProcess, Spinner, wait_for
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import String
+    from std_srvs.srv import SetBool
+    import yaml
+
+    from simreal_ros.core.config import load_node_params
+    from simreal_ros.nodes.common import LATCHED_QOS, stamp_to_sec
+
+    rate = float(load_node_params(CONFIG, 'safety_supervisor')['rate_hz'])
+    tmp = Path(tempfile.mkdtemp(prefix='cpu_budget_'))
+    overlay = {n: {} for n in NODES}
+    overlay['safety_supervisor'].update(stages=[1.0], resume_stage=False,
+                                        stage_file=str(tmp / 'stages.json'))
+    overlay['policy_runner']['observation'] = {'gait_phase': {'origin': 'reset'}}
+    if args.executor:
+        for name in NODES:
+            overlay[name]['executor'] = args.executor
+    (tmp / 'overlay.yaml').write_text(yaml.safe_dump(
+        {k: {'ros__parameters': v} for k, v in overlay.items()}))
+    extra = ['--params-file', str(tmp / 'overlay.yaml')]
+
+    rclpy.init()
+    node = rclpy.create_node('cpu_budget_bench')
+    poses, diag, safety, relayed = [], {}, [], [0]
+    node.create_subscription(PoseStamped, 'sim/base_pose', lambda m: poses.append(
+        (stamp_to_sec(m.header.stamp), m.pose.position.x, m.pose.position.y,
+         m.pose.position.z)), QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT))
+
+    def on_diag(msg):
+        for status in msg.status:
+            diag[status.name] = {kv.key: kv.value for kv in status.values}
+    node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)
+    node.create_subscription(String, 'safety/state', lambda m: safety.append(m.data),
+                             LATCHED_QOS)
+    node.create_subscription(JointState, 'relay/command',
+                             lambda m: relayed.__setitem__(0, relayed[0] + 1), 10)
+    cmd_vel = node.create_publisher(Twist, 'cmd_vel', 10)
+    enable = node.create_client(SetBool, 'policy_runner/enable')
+    spinner = Spinner(node)
+    stop = threading.Event()
+
+    def teleop():
+        while not stop.is_set():
+            msg = Twist()
+            msg.linear.x = WALK_VX
+            cmd_vel.publish(msg)
+            stop.wait(0.1)
+    threading.Thread(target=teleop, daemon=True).start()
+
+    procs, busy = {}, []
+    summary = {'seconds': duration, 'load': args.load}
+    try:
+        for name in NODES:
+            procs[name] = NodeProcess(name, params_file=CONFIG, extra_args=extra)
+        relay = subprocess.Popen([sys.executable, __file__, '--relay', str(rate)], cwd=REPO)
+        assert enable.wait_for_service(timeout_sec=60), procs['policy_runner'].output()
+        wait_for(lambda: len(poses) > 100, 60, what='base pose from sim_robot')
+        wait_for(lambda: safety and json.loads(safety[-1]).get('output') != 'waiting', 30,
+                 what='safety_supervisor receiving joint_states')
+        wait_for(lambda: diag.get('policy_runner: loop', {}).get('cmd_vel_received',
+                                                                 '0') != '0',
+                 10, what='policy_runner receiving cmd_vel')
+        for _ in range(args.load):
+            busy.append(subprocess.Popen([sys.executable, '-c', BUSY, str(duration + 30)]))
+        future = enable.call_async(SetBool.Request(data=True))
+        wait_for(future.done, 10, what='enable')
+        start_pose = poses[-1]
+        pids = dict({n: p.proc.pid for n, p in procs.items()}, relay_floor=relay.pid)
+        cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
+        wall0, relayed0 = time.monotonic(), relayed[0]
+        wait_for(lambda: time.monotonic() - wall0 > duration or any(
+            p.proc.poll() is not None for p in procs.values()), duration + 30,
+            what='the walk')
+        wall = time.monotonic() - wall0
+        cpu = {n: round(100 * (cpu_seconds(pid) - cpu0[n]) / wall, 1)
+               for n, pid in pids.items()}
+        relay_hz = (relayed[0] - relayed0) / wall
+        for p in busy:
+            p.kill()
+        run = [p for p in poses if p[0] >= start_pose[0]]
+        wait_for(lambda: 'policy_runner: loop' in diag, 5, what='policy_runner diagnostics')
+        loop = diag['policy_runner: loop']
+        state = json.loads(safety[-1]) if safety else {}
+        z = [p[3] for p in run]
+        summary.update(
+            seconds=round(wall, 1), machine_load=machine_load(),
+            cpu_percent={n: cpu[n] for n in NODES},
+            relay_floor_cpu_percent=cpu['relay_floor'], relay_floor_hz=round(relay_hz, 1),
+            supervisor_over_floor=(round(cpu['safety_supervisor'] / cpu['relay_floor'], 2)
+                                   if cpu['relay_floor'] > 0 else None),
+            executor={name.split(':')[0]: values['executor']
+                      for name, values in diag.items() if 'executor' in values},
+            loop_period_err_p99_ms=float(loop.get('period_err_ms_p99', 'nan')),
+            e2e_p99_ms=float(loop.get('e2e_latency_ms_p99', 'nan')),
+            distance_m=round(float(((run[-1][1] - start_pose[1]) ** 2
+                                    + (run[-1][2] - start_pose[2]) ** 2) ** 0.5), 2),
+            min_base_z=round(min(z), 3), falls=int(min(z) < FALL_Z),
+            stale_ticks=int(loop.get('stale_ticks', -1)),
+            late_inputs_used=int(loop.get('late_inputs_used', -1)),
+            grace_holds=state.get('grace_holds'),
+            supervisor={k: state.get(k) for k in ('estop', 'estop_cause', 'output',
+                                                  'safe_reason')})
+        exited = [n for n, p in procs.items() if p.proc.poll() is not None]
+        if exited:
+            summary['exited'] = exited
+    finally:
+        stop.set()
+        for p in busy:
+            p.kill()
+            p.wait()
+        spinner.stop()
+        for p in procs.values():
+            p.stop()
+        if 'relay' in locals():
+            relay.send_signal(2)
+            try:
+                relay.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                relay.kill()
+        rclpy.try_shutdown()
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
