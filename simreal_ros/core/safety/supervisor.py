@@ -474,7 +474,7 @@ class Supervisor:
         self.hold_position = None
         # The checks just passed with a fresh command: forwarding starts on the next tick.
         # Without one, the first fresh command must pass them (the output stays safe till then).
-        self.recover = bool(self._reset_problems(now, require_source=True))
+        self.recover = bool(self._reset_problems(now, require_source=True, still=False))
         where = (f'stage {self.stage.scale:.2f}' if self.mode == 'policy'
                  else 'its own limits (sysid.*, not scaled by the stage)')
         fresh = self.dogs[self.mode].stale(now) is None
@@ -482,12 +482,13 @@ class Supervisor:
                       f'e-stop reset; {self.mode} forwarded at {where} once it sends fresh '
                       'commands near the state')
 
-    def _reset_problems(self, now, require_source=True):
+    def _reset_problems(self, now, require_source=True, still=True):
         """Return what stands against forwarding the selected source (empty: nothing).
 
         The same checks guard an operator's reset and every start of forwarding (the first
-        command, or the first after a safe spell): fresh state, joints nearly still, no
-        implausible sample pending, and the latest command near the measured state.
+        command, or the first after a safe spell): fresh state, no implausible sample pending,
+        the latest command near the measured state (position, velocity targets, implied
+        torque); a reset also needs the joints nearly still (`still`).
         """
         problems = []
         for name in ('joint_states',) + (('imu',) if self.cfg.use_imu else ()):
@@ -499,7 +500,7 @@ class Supervisor:
         source_reason = self.dogs[self.mode].stale(now)
         if source_reason and require_source:
             problems.append(source_reason)
-        if self.q is not None:
+        if self.q is not None and still:
             tol = self.cfg.reset_velocity_tolerance
             fast = np.abs(self.dq) > tol
             if np.any(fast):
@@ -655,13 +656,16 @@ class Supervisor:
         if late is not None:
             return self._late_output(now, late)
         if self.recover:
-            problems = self._reset_problems(now)
+            # Not 'joints still': a source back after a hiccup mid-motion (a SysID sweep)
+            # meets a moving joint; its command must match the motion (position, velocity
+            # targets, implied torque) instead. An operator's reset also wants them still.
+            problems = self._reset_problems(now, still=False)
             if problems:
                 return self._not_forwarding(now, 'not starting to forward: '
                                             + '; '.join(problems))
             self.recover = False
             self.events.append((now, f'forwarding {self.mode} (checks passed: fresh state, '
-                                     'joints still, command near the state)'))
+                                     'command matching the state)'))
         cmd = self.commands[self.mode]
         limits = self.limits[self.mode]
         dt = self.rate_dt(now)
