@@ -597,10 +597,16 @@ def sc_clock_jump(tmp, args):
         wait_for(lambda: pub.get_subscription_count() >= 1, 10, what='/clock matched')
         last = rig.joint_states.all()[-1][1].header.stamp
         stamp = last.sec + last.nanosec * 1e-9
+        # A second simulator: its own /clock, 5 s behind, at 100 Hz (one best-effort sample
+        # alone may be lost, a second clock source never publishes just one).
         back = Clock()
         back.clock.sec = max(int(stamp) - 5, 0)
         sent = time.monotonic()
-        pub.publish(back)
+        while time.monotonic() - sent < 2.0 and not any(
+                is_safe(m) for _, m in rig.probe.since(sent)):
+            pub.publish(back)
+            back.clock.nanosec = (back.clock.nanosec + 10_000_000) % 1_000_000_000
+            time.sleep(0.01)
         t_safe = rig.first_safe_after(sent)
         wait_for(lambda: rig.probe.get('estop'), 5, what='the clock e-stop')
         cause = rig.probe.get('estop_cause')
@@ -730,6 +736,8 @@ def sc_cmd_vel_timeout(tmp, args):
                                    if s.name.startswith('policy_runner')), 10)
         pub = rig.probe.node.create_publisher(Twist, 'cmd_vel', 10)
         wait_for(lambda: pub.get_subscription_count() >= 1, 30, what='cmd_vel matched')
+        # The runner computes (and so ages cmd_vel) only while enabled.
+        assert rig.enable_policy().success
 
         def value(key, since):
             for t, st in reversed(diags):

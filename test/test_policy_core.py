@@ -262,3 +262,30 @@ def test_command_limits_clip_count_and_refuse_non_finite():
         limits.apply(float('nan'), 0.0, 0.0)
     with pytest.raises(ConfigError, match='cmd_vel_min / cmd_vel_max'):
         CommandLimits([1.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+
+
+def test_start_phase_commands_the_measured_pose_until_admitted_then_eases_to_default():
+    from simreal_ros.core.policy import StartPhase
+    start = StartPhase(2.0, [0.0, 0.0, 0.0])
+    measured = np.array([0.1, -0.2, 0.5])
+    # Not admitted (safe mode, e-stop, SysID): the measured pose, whatever the time.
+    for t in (0.0, 1.0, 5.0):
+        q, handover = start.command(t, False, measured + t)
+        assert np.allclose(q, measured + t) and not handover
+    # Admitted at t=10: from the pose measured then, smoothly to the default pose.
+    q, _ = start.command(10.0, True, measured)
+    assert np.allclose(q, measured) and start.eases == 1
+    q_mid, _ = start.command(11.0, True, measured * 0.0)   # the ease ignores later samples
+    assert np.allclose(q_mid, measured * 0.5)
+    q_near, _ = start.command(11.99, True, measured)
+    assert np.all(np.abs(q_near) < np.abs(measured) * 0.01)
+    q, handover = start.command(12.0, True, measured)
+    assert q is None and handover                          # the policy takes over, once
+    assert start.command(12.01, True, measured) == (None, False)
+    # A safe spell: back to the measured pose, and a new ease when admitted again.
+    q, _ = start.command(13.0, False, measured)
+    assert np.allclose(q, measured)
+    start.command(14.0, True, measured)
+    assert start.eases == 2 and start.phase == 'ease'
+    # Off: the policy at once.
+    assert StartPhase(0.0, [0.0]).command(0.0, False, [1.0]) == (None, False)

@@ -71,7 +71,7 @@ def rig(ros, tmp_path):
     runner = NodeProcess('policy_runner', params_file=ARM, extra_args=overlay(tmp_path, {
         'policy_path': policy, 'max_input_age_s': 0.01, 'late_input_max_age_s': 0.05,
         'cmd_vel_min': [-5.0, -1.0, -1.0], 'cmd_vel_max': [1.0, 1.0, 1.0],
-        'cmd_vel_timeout_s': 0.5}))
+        'cmd_vel_timeout_s': 0.5, 'ease_in_s': 0.0}))   # the start phase: test_policy_start
     probe = Probe()
     driver = Driver(probe.node)
     try:

@@ -110,7 +110,8 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
                       extra_args=['-r', 'hardware/command:=policy/command'])
     runner = NodeProcess('policy_runner', params_file=ARM, extra_args=overlay(
         tmp_path, {'policy_path': policy, 'max_input_age_s': 0.05,
-                   'late_input_max_age_s': 0.05, 'cmd_vel_min': [-5.0, -5.0, -5.0]}))
+                   'late_input_max_age_s': 0.05, 'cmd_vel_min': [-5.0, -5.0, -5.0],
+                   'ease_in_s': 0.0}))   # the start phase: test_policy_start.py
     probe = Probe()
     try:
         # Disabled: the loop ticks, nothing is published.
@@ -123,9 +124,15 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
         wait_for(lambda: probe.count() > 50, 20, what='policy/command after enable')
         with probe.lock:
             cmd = probe.commands[-1]
-            stamps = set(probe.state_stamps)
         assert list(cmd.name) == NAMES and len(cmd.position) == 3
-        assert (cmd.header.stamp.sec, cmd.header.stamp.nanosec) in stamps
+
+        def stamped_from_a_state():
+            # The probe's own joint_states subscription may match later than the commands'
+            # on a loaded machine: wait for it, then the newest command's stamp must be one.
+            with probe.lock:
+                cmd = probe.commands[-1]
+                return (cmd.header.stamp.sec, cmd.header.stamp.nanosec) in probe.state_stamps
+        wait_for(stamped_from_a_state, 10, what='a command stamped with a joint_states stamp')
         # On the wall clock the enable aligned the tick phase to joint_states, once: each tick
         # falls align_lead_s before a message and computes when it arrives (align_mode await).
         diag_advances(probe, 'phase_alignments', 0)
@@ -133,8 +140,10 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
         diag_advances(probe, 'awaited_ticks', 20)
 
         # A non-finite policy output is counted and never published; it resumes after.
-        probe.send_cmd(-3.0)  # the test policy's NaN gate: obs[9] = cmd vx < -1
-        diag_advances(probe, 'non_finite', 20)
+        # The test policy's NaN gate: obs[9] = cmd vx < -1, sent like a teleop (cmd_vel times
+        # out after cmd_vel_timeout_s).
+        wait_for(lambda: probe.send_cmd(-3.0) or (probe.number('non_finite') or 0) > 20, 15,
+                 what='non_finite > 20')
         probe.send_cmd(0.0)
         before = probe.count()
         wait_for(lambda: probe.count() > before + 20, 20, what='commands after NaN cleared')

@@ -677,6 +677,20 @@ def test_supervisor_rate_limits_target_acceleration_across_ticks():
     assert r.sup.status(r.t)['clips']['acceleration']['a'] > 0
 
 
+def test_an_old_target_rate_cannot_hold_the_target_still_for_good():
+    # A torque-rule shift within a fraction of a tick once left a rate of -50 rad/s behind;
+    # the target then held, the rate was never updated, and every later step towards +0.05
+    # was an 'acceleration' clip: the target stood still for good (seen on the array output).
+    r = Rig(max_target_rate=[1.0, 1.0], max_target_accel=[40.0, 40.0], torque_limit=[1e3, 1e3])
+    r.step()
+    r.step()
+    r.sup.previous_rate[0] = -50.0
+    positions = [r.step(pos=(0.05, 0.0)).position[0] for _ in range(200)]
+    assert positions[-1] == pytest.approx(0.05)
+    # Capped at the rate limit, the old rate is undone within rate / accel = 25 ms.
+    assert positions[20] > 0.0
+
+
 def test_late_tick_forwards_nothing_computed_from_old_state_and_is_counted():
     r = Rig()
     wall = 100.0
@@ -703,6 +717,27 @@ def test_late_tick_forwards_nothing_computed_from_old_state_and_is_counted():
     wall += 0.2                              # stalled beyond the joint_states timeout
     r.state()
     assert r.sup.tick(r.t, wall=wall).safe and r.sup.latched and 'stalled' in r.sup.cause
+
+
+def test_slow_ticks_with_new_state_keep_forwarding_the_policy():
+    # A loaded computer: every tick 15 ms after the previous (7.5 periods), with new joint
+    # states in between. The targets must follow the policy, not freeze on the last output.
+    r = Rig(max_target_rate=[1e3, 1e3], torque_limit=[1e3, 1e3])
+    wall = 100.0
+    r.step()
+    r.sup.tick(r.t, wall=wall)
+    seen = []
+    for i in range(10):
+        r.t += 0.015
+        wall += 0.015
+        r.state()
+        r.cmd(pos=(0.01 * (i + 1), 0.0))
+        out = r.sup.tick(r.t, wall=wall)
+        assert not out.safe, out.reason
+        seen.append(out.position[0])
+    assert seen == pytest.approx([0.01 * (i + 1) for i in range(10)])
+    status = r.sup.status(r.t)
+    assert status['late_ticks'] == 0 and status['slow_ticks'] == 10
 
 
 def test_clock_going_back_or_jumping_forward_is_an_estop():

@@ -112,7 +112,9 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
         t_start = time.monotonic()
         # A node just started may not have seen joint_states or the latched safety/state yet,
         # and sees the new mode a moment later: those refusals are retried for 10 s.
-        transient = ('forwards the policy', 'no fresh joint_states', 'no safety_supervisor state')
+        # The previous experiment's grant lapses `sysid_release_s` after its last command.
+        transient = ('forwards the policy', 'no fresh joint_states', 'no safety_supervisor state',
+                     'grants the SysID path')
         while True:
             resp = ros.trigger(f'{node}/start', node, timeout=30.0)
             if resp.success or not any(t in resp.message for t in transient) \

@@ -321,6 +321,56 @@ class PolicyController:
         return self.joint_map.to_command(targets), action
 
 
+class StartPhase:
+    """How the policy takes over the robot: the measured pose, then the default pose, then it.
+
+    While safety_supervisor does not admit the policy (safe mode, e-stop, SysID, or no
+    heartbeat from it), the command is the measured pose: forwarding (re)starts only with a
+    command near the measured state, and this one always is. Once admitted, the command
+    moves from the pose measured then to the policy's default pose over `duration_s` (a
+    smoothstep: no velocity jump at either end), and the policy then starts as a training
+    episode does, at its default pose with zero last action and history (the caller resets
+    it at the handover). Unitree's deploy scripts and rl_sar do the same (move to the default
+    pose, then the policy). `duration_s` 0 turns it off: the policy's own output always.
+    Position actions only; the targets are in command order.
+    """
+
+    def __init__(self, duration_s, default_command):
+        self.duration = float(duration_s)
+        self.default = np.asarray(default_command, dtype=float)
+        self.phase = 'wait'      # wait -> ease -> policy; back to wait when not admitted
+        self.start = None        # (time, pose) the ease started from
+        self.eases = 0           # eases started (a restart after every safe spell)
+
+    @property
+    def active(self):
+        return self.duration > 0.0
+
+    def restart(self):
+        self.phase, self.start = 'wait', None
+
+    def command(self, now, admitted, measured):
+        """Return (targets or None when the policy commands, handover): handover is True once,
+        on the tick the policy takes over (reset it first)."""
+        if not self.active:
+            return None, False
+        if not admitted:
+            self.restart()
+            return np.array(measured, dtype=float), False
+        if self.phase == 'wait':
+            self.phase, self.start = 'ease', (float(now), np.array(measured, dtype=float))
+            self.eases += 1
+        if self.phase == 'ease':
+            t0, q0 = self.start
+            s = min(max((now - t0) / self.duration, 0.0), 1.0)
+            if s < 1.0:
+                s = s * s * (3.0 - 2.0 * s)
+                return q0 + s * (self.default - q0), False
+            self.phase = 'policy'
+            return None, True
+        return None, False
+
+
 class CommandLimits:
     """Clip a velocity command (vx, vy, wz) to configured ranges, counting clipped values."""
 

@@ -27,6 +27,16 @@ Per-tick timing (period error, inference time, observation age, latency, deadlin
 time by which nearly every joint_states message of a period has arrived, so the newest message
 a tick uses has waited a fraction of the stream period instead of anything up to a whole one.
 
+Taking over the robot (`ease_in_s` > 0, position actions): while safety_supervisor does not
+admit the policy (its `safety/heartbeat` says `policy_admitted: false`: safe mode, e-stop, SysID,
+before the first forwarding; or the heartbeat, once heard, is older than
+`heartbeat_timeout_s`) the command is the measured pose, which the supervisor's reset checks
+always accept. Once admitted, the command moves smoothly from the pose measured then to
+`default_position` over `ease_in_s`, and the policy then starts as a training episode does
+(zero last action and history). Without any supervisor heartbeat (a bench without one) the ease
+starts at enable. A robot that sagged while damped, or was moved by hand, is brought back to
+the policy's start pose this way instead of being refused forever.
+
 With `lockstep: true` (for sim_robot's lockstep mode) a command is computed once per new
 observation stamp, when joint_states and imu of that stamp have both arrived, instead of on the
 timer: the simulation waits for it, so the ROS path can be compared step by step with a
@@ -35,6 +45,8 @@ reference loop.
 import math
 import threading
 import time
+
+import numpy as np
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist
@@ -47,7 +59,7 @@ from std_srvs.srv import SetBool, Trigger
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
-                                     PhaseAligner, PolicyController)
+                                     PhaseAligner, PolicyController, StartPhase)
 from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS, declare, run, stamp_to_sec
 
 
@@ -79,7 +91,8 @@ class PolicyRunner(Node):
                              resets=0, lockstep_steps=0, phase_alignments=0, awaited_ticks=0,
                              await_timeouts=0, late_inputs_used=0, future_stamped=0,
                              duplicate_names=0, missing_velocity=0, cmd_vel_received=0,
-                             cmd_vel_rejected=0, cmd_vel_timeouts=0)
+                             cmd_vel_rejected=0, cmd_vel_timeouts=0, eases=0,
+                             handovers=0)
         self.last_problem = ''
         self.timing = LoopTiming(self.period)
         self._lock = threading.Lock()
@@ -90,6 +103,15 @@ class PolicyRunner(Node):
         self._cmd = None     # ((vx, vy, wz) clipped, arrival monotonic s)
         self._cmd_timed_out = False
         self._last_stamp = None   # lockstep: the observation stamp last computed
+        self.heartbeat_timeout = float(params['heartbeat_timeout_s'])
+        self._heartbeat = None    # (policy_admitted, steady arrival time) from the supervisor
+        ease = float(params['ease_in_s'])
+        if ease > 0 and (self.lockstep or self.ctl.actions.mode != 'position'):
+            # lockstep reproduces a reference rollout step by step; effort actions have no pose
+            self.get_logger().info(f'ease_in_s {ease:g} not used ('
+                                   f'{"lockstep" if self.lockstep else "effort actions"})')
+            ease = 0.0
+        self.start = StartPhase(ease, self.ctl.joint_map.to_command(self.ctl.default_position))
 
         control = MutuallyExclusiveCallbackGroup()
         inputs = MutuallyExclusiveCallbackGroup()
@@ -101,6 +123,9 @@ class PolicyRunner(Node):
             self.create_subscription(Imu, 'imu', self._on_imu, SENSOR_SUB_QOS,
                                      callback_group=inputs)
         self.create_subscription(Twist, 'cmd_vel', self._on_cmd_vel, 10, callback_group=inputs)
+        if self.start.active:
+            self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
+                                     COMMAND_QOS, callback_group=inputs)
         self.create_service(SetBool, '~/enable', self._on_enable, callback_group=control)
         self.create_service(Trigger, '~/reset', self._on_reset, callback_group=control)
         self.control = control
@@ -193,6 +218,15 @@ class PolicyRunner(Node):
         p['align_margin_s'] = self._declare(
             'align_margin_s', 0.0002, "align_mode 'after': margin after the 99th-percentile "
             'joint_states arrival phase (s)', 0.0, 0.1)
+        p['ease_in_s'] = self._declare(
+            'ease_in_s', 2.0, 'once safety_supervisor admits the policy, move from the measured '
+            'pose to default_position over this long, then start the policy (until admitted: '
+            'the measured pose); 0 = the policy at once. Unitree deploy scripts and rl_sar move '
+            'to the default pose over about 2 s (s)', 0.0, 60.0)
+        p['heartbeat_timeout_s'] = self._declare(
+            'heartbeat_timeout_s', 0.2, 'safety/heartbeat older than this (steady clock), once '
+            'heard, means the supervisor does not admit the policy: the measured pose is '
+            'commanded (s)', 0.01, 10.0)
         p['lockstep'] = self._declare(
             'lockstep', False, 'compute once per new observation stamp (with sim_robot '
             'lockstep) instead of on the timer', None, None)
@@ -327,6 +361,16 @@ class PolicyRunner(Node):
             if self.enabled:
                 self._compute_tick(wall0)
 
+    def _on_heartbeat(self, msg):
+        admitted = any(kv.key == 'policy_admitted' and kv.value == 'true' for kv in msg.values)
+        self._heartbeat = (admitted, time.monotonic())
+
+    def _admitted(self):
+        hb = self._heartbeat
+        if hb is None:
+            return True   # no supervisor heard (a bench): the ease starts at enable
+        return hb[0] and time.monotonic() - hb[1] <= self.heartbeat_timeout
+
     def _on_cmd_vel(self, msg):
         self.counters['cmd_vel_received'] += 1
         try:
@@ -347,6 +391,7 @@ class PolicyRunner(Node):
         with self._lock:
             if request.data and not self.enabled:
                 self.ctl.reset(self._now())
+                self.start.restart()
                 self.timing.restart()
                 self._align_pending = 'enable' if self.aligner is not None else None
             self.enabled = bool(request.data)
@@ -467,13 +512,28 @@ class PolicyRunner(Node):
             return
         try:
             imu_q = imu_w = None
+            eased, handover = None, False
+            if self.start.active:
+                measured = self.ctl.joint_map.to_command(
+                    self.ctl.joint_map.to_policy(msg.name, msg.position))
+                eases = self.start.eases
+                eased, handover = self.start.command(now, self._admitted(), measured)
+                self.counters['eases'] += self.start.eases - eases
+                if handover:
+                    self.counters['handovers'] += 1
+                    self.ctl.reset(now)   # the policy starts as a training episode does
             if imu is not None:
                 o, w = imu[0].orientation, imu[0].angular_velocity
                 imu_q, imu_w = (o.x, o.y, o.z, o.w), (w.x, w.y, w.z)
             inputs = self.ctl.inputs(stamp, msg.name, msg.position, velocity, imu_q, imu_w,
                                      command)
             t0 = time.perf_counter()
-            targets, _ = self.ctl.step(inputs)
+            if eased is None:
+                targets, _ = self.ctl.step(inputs)
+            else:
+                targets = eased
+                if not np.all(np.isfinite(targets)):
+                    raise ValueError('the measured pose is not finite (check joint_states)')
             inference = time.perf_counter() - t0
         except ValueError as exc:
             key = ('non_finite' if 'not finite' in str(exc) else
@@ -521,6 +581,7 @@ class PolicyRunner(Node):
         else:
             status.level, status.message = DiagnosticStatus.OK, 'running'
         values = dict(counters, enabled=self.enabled, rate_hz=1 / self.period,
+                      start_phase=self.start.phase if self.start.active else 'off',
                       executor=self.executor_kind, cmd_vel_clipped=self.cmd_limits.clipped,
                       observation_clipped=self.ctl.builder.clipped,
                       action_clipped=self.ctl.actions.clipped, last_problem=self.last_problem)

@@ -19,7 +19,8 @@ for ros2_control forward controllers (these cannot express damping: in safe mode
 holds the measured position at the trip for `array_field: position`, zeros otherwise),
 `safety/state` (latched JSON in std_msgs/String), `safety/heartbeat`
 (diagnostic_msgs/DiagnosticStatus at `heartbeat_rate_hz`: level OK forwarding / WARN safe output
-/ ERROR e-stop, message the output state, values `tick` and `stage`) and `/diagnostics`.
+/ ERROR e-stop, message the output state, values `tick`, `stage`, `mode` and
+`policy_admitted`: policy_runner commands the measured pose until it is true) and `/diagnostics`.
 
 A driver must treat a silent supervisor as an e-stop: no `hardware/command` or heartbeat within
 its command timeout -> damping (sim_robot does; docs/real_robot.md says what a hardware driver
@@ -233,8 +234,10 @@ class SafetySupervisor(Node):
             low=1, high=100000, read_only=True)
         p['late_tick_periods'] = declare(
             self, 'late_tick_periods', 5.0, 'a control tick more than this many periods after '
-            'the previous one (wall clock: a stalled process) forwards nothing computed from '
-            'the old state; it is counted (late_ticks)', low=1.0, high=1000.0, read_only=True)
+            'the previous one (wall clock) with no joint_states since (a stalled process) '
+            'forwards nothing computed from the old state (counted: late_ticks); with a new '
+            'state it is a slow process and computes as usual (counted: slow_ticks)',
+            low=1.0, high=1000.0, read_only=True)
         p['stale_hold_s'] = declare(
             self, 'stale_hold_s', 0.0, 'when the policy goes stale, hold its last target this '
             'long before the safe mode output (s): a walking robot keeps its stance through a '
@@ -485,7 +488,7 @@ class SafetySupervisor(Node):
     def _publish_heartbeat(self):
         with self._lock:
             latched, reason, ticks = self.core.latched, self.core.safe_reason, self.core.ticks
-            scale = self.core.stage.scale
+            scale, mode, admitted = self.core.stage.scale, self.core.mode, self.core.admits_policy
         hb = DiagnosticStatus(name=self.get_fully_qualified_name(), hardware_id='heartbeat')
         if latched:
             hb.level, hb.message = DiagnosticStatus.ERROR, 'estop'
@@ -494,7 +497,9 @@ class SafetySupervisor(Node):
         else:
             hb.level, hb.message = DiagnosticStatus.OK, 'forwarding'
         hb.values = [KeyValue(key='tick', value=str(ticks)),
-                     KeyValue(key='stage', value=f'{scale:.2f}')]
+                     KeyValue(key='stage', value=f'{scale:.2f}'),
+                     KeyValue(key='mode', value=mode),
+                     KeyValue(key='policy_admitted', value='true' if admitted else 'false')]
         self.pub_heartbeat.publish(hb)
 
     def _publish_state(self):
@@ -525,6 +530,7 @@ class SafetySupervisor(Node):
                   'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject'],
                   'implausible_states': s['implausible_states'],
                   'last_implausible': s['last_implausible'], 'late_ticks': s['late_ticks'],
+                  'slow_ticks': s['slow_ticks'],
                   'max_tick_gap_ms': s['max_tick_gap_ms'], 'clock_jumps': s['clock_jumps'],
                   'grace_holds': s['grace_holds'], 'sysid_owner': s['sysid_owner'],
                   'foreign_sysid': s['foreign_sysid'],

@@ -23,9 +23,12 @@ Rules, in the order a tick applies them:
 4. e-stop latched -> the safe mode output (`damping`: kp=0, kd>0, i.e. no positions and zero
    velocity targets; `hold`: the position at the trip, at the full torque limit whatever the
    stage; `zero_torque`: zero effort).
-5. the tick itself came more than `late_tick_periods` late (a stalled process: its state may
-   be old): the last output is repeated unchanged (what the driver already executes) and
-   nothing new is computed; a stall longer than the `joint_states` timeout is an e-stop.
+5. the tick itself came more than `late_tick_periods` late and no joint state has arrived
+   since the previous tick (a stalled process: its state may be old): the last output is
+   repeated unchanged (what the driver already executes) and nothing new is computed; a
+   stall longer than the `joint_states` timeout is an e-stop. A late tick with a new state
+   is a slow process, not a stalled one: it computes as usual (counted: `slow_ticks`), so a
+   loaded computer does not freeze the targets of a walking robot.
 6. not forwarding, not latched: the selected source (`policy` or `sysid`) never sent a
    command or is stale, or forwarding would start (first command, or after a
    safe spell) with a command that fails the reset checks (`reset_tolerance`,
@@ -302,6 +305,8 @@ class Supervisor:
         self.spell = None            # the current not-forwarding spell: {'since', 'hold', ...}
         self._last_now = None
         self._last_wall = None
+        self._state_since_tick = False   # a joint state accepted since the last counted tick
+        self.slow_ticks = 0                # late ticks that had a new state (computed normally)
         self.events = []  # (time, text) for the operator log; the node drains it
         for text in self.stage.warnings:
             self.events.append((now, f'WARNING: {text}'))
@@ -325,6 +330,7 @@ class Supervisor:
         self.q, self.dq = self._q, self._dq
         self.state_stamp = float(stamp)
         self.dogs['joint_states'].feed(stamp, now)
+        self._state_since_tick = True
         return True, ''
 
     def _check_state(self, names, position, velocity, stamp, now):
@@ -596,6 +602,13 @@ class Supervisor:
         return np.where(np.isfinite(self.previous_target) & np.isfinite(since), since, cap)
 
     @property
+    def admits_policy(self):
+        """The policy's commands are being forwarded, or held through a brief hiccup; False
+        while the next forwarding must pass the reset checks (policy_runner then commands the
+        measured pose, and eases to its default pose once admitted)."""
+        return self.mode == 'policy' and not self.latched and not self.recover
+
+    @property
     def scale(self):
         """The limit scale of the selected source: the stage for the policy, 1 for SysID."""
         return self.stage.scale if self.mode == 'policy' else 1.0
@@ -615,12 +628,20 @@ class Supervisor:
             # late tick runs, and must not be forwarded with what may be old state either.
             gap = wall - self._last_wall
             if gap > self.cfg.late_tick_periods * self.cfg.period_s:
-                late = (f'supervisor tick {gap * 1e3:.1f} ms after the previous one '
-                        f'(late_tick_periods {self.cfg.late_tick_periods:g}): the state '
-                        'may be old')
-                if count:
-                    self.late_ticks += 1
-                    self.events.append((now, late))
+                if self._state_since_tick:
+                    # A joint state arrived after the previous tick: this process is slow
+                    # (a loaded computer), not stalled, and the state is as new as it can
+                    # know. Repeating the last output on every slow tick would freeze the
+                    # robot's targets for as long as the load lasts.
+                    if count:
+                        self.slow_ticks += 1
+                else:
+                    late = (f'supervisor tick {gap * 1e3:.1f} ms after the previous one '
+                            f'(late_tick_periods {self.cfg.late_tick_periods:g}) and no '
+                            'joint_states since: the state may be old')
+                    if count:
+                        self.late_ticks += 1
+                        self.events.append((now, late))
             if count:
                 self.max_tick_gap = max(self.max_tick_gap, gap)
                 if gap > self.cfg.timeouts['joint_states'] and self.q is not None:
@@ -631,6 +652,8 @@ class Supervisor:
                                fault='watchdog')
         if count and wall is not None:
             self._last_wall = wall
+        if count:
+            self._state_since_tick = False
         if self._last_now is not None and now < self._last_now - 1e-6 and self.q is not None:
             self.clock_jumps += 1
             self._trip(f'clock went back {(self._last_now - now) * 1e3:.1f} ms (a second '
@@ -669,9 +692,16 @@ class Supervisor:
         cmd = self.commands[self.mode]
         limits = self.limits[self.mode]
         dt = self.rate_dt(now)
+        # The target's rate for the acceleration limit: a target that has stood still for a
+        # whole source timeout is at rest, and no target moves faster than the rate limit
+        # (a torque-rule shift within a fraction of a tick is not a rate). Without both, an
+        # old large rate opposing the command held the target still for good.
+        rmax = limits.max_target_rate * self.scale
+        rate = np.where(dt >= self.cfg.timeouts[self.mode], 0.0,
+                        np.clip(self.previous_rate, -rmax, rmax))
         try:
             out, clips = filter_command(limits, self.scale, cmd, self.q, self.dq,
-                                        self.previous_target, dt, self.previous_rate)
+                                        self.previous_target, dt, rate)
         except Rejected as exc:
             self.rejected[self.mode] += 1
             self.last_reject = f'{self.mode}/command: {exc}'
@@ -871,7 +901,7 @@ class Supervisor:
             'last_implausible': self.last_implausible,
             'estops': self.estops,
             'ticks': self.ticks,
-            'late_ticks': self.late_ticks,
+            'late_ticks': self.late_ticks, 'slow_ticks': self.slow_ticks,
             'max_tick_gap_ms': round(self.max_tick_gap * 1e3, 2),
             'clock_jumps': self.clock_jumps,
             'grace_holds': self.grace_holds,
