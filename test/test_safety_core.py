@@ -748,6 +748,12 @@ def test_clock_going_back_or_jumping_forward_is_an_estop():
     r2 = Rig()
     r2.step()
     r2.sup.clock_jump(0.01, r2.t)             # a small forward step: ignored
+    r3 = Rig(joint_states_timeout_s=0.2)
+    r3.step()
+    r3.sup.clock_jump(0.1, r3.t)   # beyond policy_timeout_s, within the state watchdog: a
+    assert not r3.sup.latched      # simulator catching up (inputs look older: safe side)
+    r3.sup.clock_jump(0.25, r3.t)
+    assert r3.sup.latched
     assert not r2.sup.latched
     r2.sup.clock_jump(3.0, r2.t)
     assert r2.sup.latched and 'clock jumped forward' in r2.sup.cause

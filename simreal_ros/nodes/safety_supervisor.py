@@ -138,7 +138,7 @@ class SafetySupervisor(Node):
         self.writer = RecordWriter(self.core.stage.pending, self.core.stage.written, self._lock)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._jump_handler = self.get_clock().create_jump_callback(
-            JumpThreshold(min_forward=Duration(seconds=min(cfg.timeouts.values())),
+            JumpThreshold(min_forward=Duration(seconds=cfg.timeouts['joint_states']),
                           min_backward=Duration(nanoseconds=-1), on_clock_change=True),
             post_callback=self._on_time_jump)
 
