@@ -3,6 +3,10 @@
 # - With a sourced ROS 2 environment (ROS_DISTRO set and rclpy importable), the venv sees the
 #   system packages and uses that rclpy; otherwise it installs the ROS 2 Kilted wheels from PyPI.
 # - Versions are pinned in requirements/constraints.txt and nowhere else.
+# - Without a sourced ROS 2, when ../shared/wheels/ros2-launch/ exists beside the repository
+#   (development and CI), its launch/launch_ros/ros2cli wheels go into the venv too, so
+#   `ros2 launch` and the `ros2` command line run the ROS-native tests. Users get those from a
+#   sourced ROS 2 instead (README).
 # - Re-runs are cheap: nothing is installed when the inputs have not changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +29,15 @@ if [ -n "${ROS_DISTRO:-}" ] && "$PY" -c 'import rclpy' >/dev/null 2>&1; then
   use_system_ros=1
 fi
 
-stamp_src=$(cat requirements/*.txt setup.py package.xml; echo "py=$ver system_ros=$use_system_ros")
+launch_wheels=()
+if [ $use_system_ros = 0 ] && [ -d ../shared/wheels/ros2-launch ]; then
+  shopt -s nullglob
+  launch_wheels=(../shared/wheels/ros2-launch/*.whl)
+  shopt -u nullglob
+fi
+
+stamp_src=$(cat requirements/*.txt setup.py package.xml; echo "py=$ver system_ros=$use_system_ros"
+            [ ${#launch_wheels[@]} = 0 ] || sha256sum "${launch_wheels[@]}")
 stamp=$(printf '%s' "$stamp_src" | sha256sum | cut -d' ' -f1)
 if [ -f "$VENV/.bootstrap-stamp" ] && [ "$(cat "$VENV/.bootstrap-stamp")" = "$stamp" ]; then
   exit 0
@@ -47,10 +59,18 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.bootstrap-kind" 2>/dev/null)"
 fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 log="$VENV/bootstrap.log"
+install_launch_wheels() {
+  [ ${#launch_wheels[@]} = 0 ] && return 0
+  # --no-deps: the wheels name their ROS dependencies by package name, which the PyPI ROS
+  # wheels provide under other distribution names (../shared/wheels/ros2-launch/README.md).
+  "${pip[@]}" install --no-index --no-deps "${launch_wheels[@]}" &&
+    "${pip[@]}" install -c requirements/constraints.txt osrf-pycommon
+}
 reqs=(-r requirements/dev.txt)
 [ $use_system_ros = 1 ] || reqs+=(-r requirements/ros.txt)
 if ! { "${pip[@]}" install --upgrade pip && \
-       "${pip[@]}" install -c requirements/constraints.txt "${reqs[@]}" -e . ; } >"$log" 2>&1; then
+       "${pip[@]}" install -c requirements/constraints.txt "${reqs[@]}" -e . && \
+       install_launch_wheels ; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
   echo "bootstrap: pip install failed (full log: $log)" >&2
   exit 1
