@@ -184,6 +184,10 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
                 over['publish_clock'] = True   # sim_robot owns /clock
             else:
                 over['use_sim_time'] = True
+        if check_files and name == POLICY and 'policy_path' not in over:
+            stand_in = _stand_in(path)
+            if stand_in:
+                over['policy_path'] = stand_in
         if check_files and name == POLICY:
             problem = _policy_problem(path, over)
             if problem:
@@ -202,6 +206,22 @@ def _sections(path):
     return [str(k).split('/')[-1] for k in data if k not in ('/**', '**')]
 
 
+def _stand_in(path):
+    """Return the stand-in policy the robot file names (made on first use), or ''.
+
+    A robot file whose policy_path is a stand-in the package can make (arm3_policy.onnx) gets
+    the copy in the user data folder ($XDG_DATA_HOME/simreal_ros), never a path relative to
+    the working directory, so `ros2 launch simreal_ros deploy.launch.py` starts policy_runner
+    from anywhere.
+    """
+    from simreal_ros.onnx_policies import STAND_INS, stand_in_policy
+    configured = str(load_node_params(path, POLICY).get('policy_path') or '')
+    name = os.path.basename(configured)
+    if name not in STAND_INS or configured.startswith(('/', 'package://')):
+        return ''
+    return stand_in_policy(name)
+
+
 def _policy_problem(path, over):
     policy = over.get('policy_path') or load_node_params(path, POLICY).get('policy_path')
     if not policy:
@@ -211,8 +231,8 @@ def _policy_problem(path, over):
     except ConfigError as exc:
         hint = ''
         if 'arm3_policy' in str(policy):
-            hint = ('; create the arm3 stand-in with `python scripts/onnx_policies.py arm3 '
-                    f'{policy}` or give policy:=<file.onnx>')
+            hint = ('; create the arm3 stand-in with `python -m simreal_ros.onnx_policies '
+                    f'arm3 {policy}` or give policy:=<file.onnx>')
         return f'{exc}{hint}'
     return ''
 

@@ -1,6 +1,5 @@
 """The ROS-native path: colcon builds the package into an install space ros2 run/launch can use."""
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,21 +8,13 @@ import pytest
 
 from rosproc import REPO, wait_for
 
-COLCON = shutil.which('colcon', path=os.path.dirname(sys.executable)) or shutil.which('colcon')
+pytestmark = pytest.mark.ros_native
 
 
-@pytest.fixture(scope='module')
-def install(tmp_path_factory):
-    if COLCON is None:
-        pytest.fail('colcon not found: the test dependencies (requirements/dev.txt) install it')
-    base = tmp_path_factory.mktemp('colcon')
-    result = subprocess.run(
-        [COLCON, '--log-base', str(base / 'log'), 'build', '--paths', REPO,
-         '--build-base', str(base / 'build'), '--install-base', str(base / 'install'),
-         '--packages-select', 'simreal_ros'],
-        cwd=base, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return base / 'install' / 'simreal_ros'
+@pytest.fixture
+def install(colcon_install):
+    """Return the package prefix in the session's colcon install (shared with the launch tests)."""
+    return colcon_install / 'simreal_ros'
 
 
 def setup_nodes():
