@@ -315,3 +315,23 @@ def test_urdf_adds_robot_state_publisher(monkeypatch, tmp_path):
         run_launch_file(launch_values(policy=policy_file(tmp_path),
                                       urdf=str(tmp_path / 'absent.urdf')), monkeypatch)
 
+
+
+@pytest.mark.parametrize('ci', ['true', ''], ids=['ci', 'not-ci'])
+def test_a_skipped_ros_native_test_fails_under_ci(ci, tmp_path):
+    """conftest's rule: with CI=true a skip of a ros_native test is a failure, else a skip."""
+    (tmp_path / 'conftest.py').write_text((REPO / 'test' / 'conftest.py').read_text())
+    (tmp_path / 'test_native.py').write_text(
+        'import pytest\n\n\n@pytest.mark.ros_native\ndef test_native():\n'
+        "    pytest.skip('ros2 absent')\n\n\ndef test_other():\n    pytest.skip('fine')\n")
+    env = dict(os.environ, CI=ci)
+    env.pop('PYTEST_ADDOPTS', None)
+    result = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                             str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    summary = result.stdout.strip().splitlines()[-1]
+    if ci:
+        assert '1 failed, 1 skipped' in summary, result.stdout[-2000:]
+        assert 'may not be skipped' in result.stdout and 'ros2 absent' in result.stdout
+    else:
+        assert '2 skipped' in summary and 'failed' not in summary, result.stdout[-2000:]
