@@ -104,7 +104,8 @@ def ros2_env(colcon_install, tmp_path_factory):
     """Return (ros2 executable, environment with the install space's setup.sh sourced).
 
     The environment is the one a user gets after `source install/setup.sh`, plus a private
-    XDG_DATA_HOME (the arm3 stand-in policy is made there on first use). The ros2 daemon
+    XDG_DATA_HOME (the arm3 stand-in policy is made there on first use) and ROS_HOME (the
+    supervisor's stage file, SysID results: no state shared with other runs). The ros2 daemon
     started by the command line is stopped at the end of the session.
     """
     import shutil
@@ -126,6 +127,7 @@ def ros2_env(colcon_install, tmp_path_factory):
     env.pop('COLCON_CURRENT_PREFIX', None)
     env['PATH'] = os.path.dirname(ros2) + os.pathsep + env.get('PATH', '')
     env['XDG_DATA_HOME'] = str(tmp_path_factory.mktemp('xdg_data'))
+    env['ROS_HOME'] = str(tmp_path_factory.mktemp('ros_home'))   # stage file, sysid results
     env['PYTHONUNBUFFERED'] = '1'
     env['RCUTILS_COLORIZED_OUTPUT'] = '0'
     yield ros2, env

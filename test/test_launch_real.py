@@ -245,6 +245,24 @@ def test_deploy_launch_without_arguments_runs_the_default_robot(ros2_env, outsid
         launch.kill()
 
 
+def echo_until_result(ros2_env, cwd, words, launch, timeout=240):
+    """Run the README's `ros2 topic echo --once` line; fail at once if the run is aborted."""
+    exe, env = ros2_env
+    out = Path(cwd) / 'echo.out'
+    with open(out, 'w') as f:
+        proc = subprocess.Popen([exe, *words[1:]], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: proc.poll() is not None or 'no result published' in launch.text(),
+                 timeout, interval=0.5, what='the sysid result (ros2 topic echo --once)')
+        assert proc.poll() == 0, launch.text()[-3000:] + out.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out.read_text()
+
+
 def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe):
     """The README's command block as it is: a friction result within 5 %, gap scored."""
     sequence = readme_sequence()
@@ -265,14 +283,13 @@ def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe
         p.stop_states()
         joint = None
         for words in sequence[1:]:
-            result = ros2(ros2_env, outside, *words[1:], timeout=300)
             if words[1:3] == ['topic', 'echo']:
-                assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-                assert 'experiment: friction' in result.stdout, result.stdout[-3000:]
-            else:
-                out = assert_ok(result)
-                if words[1] == 'param':
-                    joint = yaml.safe_load(words[-1])[0]
+                stdout = echo_until_result(ros2_env, outside, words, launch)
+                assert 'experiment: friction' in stdout, stdout[-3000:]
+                continue
+            out = assert_ok(ros2(ros2_env, outside, *words[1:]))
+            if words[1] == 'param':
+                joint = yaml.safe_load(words[-1])[0]
             if words[1:3] == ['service', 'call'] and words[3] == '/sim_bridge/evaluate_gap':
                 assert 'gap' in out, out
         wait_for(lambda: p.results, 10, what='sysid/result in the test process')
