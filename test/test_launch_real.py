@@ -35,8 +35,9 @@ def readme_sequence():
     text = (REPO / 'README.md').read_text()
     match = re.search(r'<!-- friction-sequence[^>]*-->\s*```bash\n(.*?)```', text, re.S)
     assert match, 'README.md has no <!-- friction-sequence --> block'
+    block = match.group(1).replace('\\\n', ' ')    # continuation lines
     return [words for words in (shlex.split(line, comments=True)
-                                for line in match.group(1).splitlines()) if words]
+                                for line in block.splitlines()) if words]
 
 
 def session_processes(sid):

@@ -563,6 +563,10 @@ class SafetySupervisor(Node):
                 self._send(out if out is not None else self.core.tick(now, count=False), now)
             if k < repeats - 1:
                 time.sleep(0.002)
+        # Reliable readers (the driver) get them before the publisher is destroyed.
+        for pub in (self.pub_cmd, self.pub_array):
+            if pub is not None:
+                pub.wait_for_all_acked(Duration(seconds=0.5))
         self._log_events()
         self._publish_heartbeat()
 
