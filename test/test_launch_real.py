@@ -282,6 +282,12 @@ def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe
         assert SYSID_NODES <= p.nodes(), launch.text()[-3000:]
         wait_for(lambda: p.states > 50, 30, what='joint_states from sim_robot')
         p.stop_states()
+        # As a user who sees the launch up: the ros2 daemon (which `ros2 param` asks) has
+        # discovered the nodes too; a daemon spawned by the first command has not ("Node not
+        # found").
+        wait_for(lambda: SYSID_NODES <= set(
+            n.strip('/') for n in ros2(ros2_env, outside, 'node', 'list').stdout.split()),
+            120, interval=0.5, what='ros2 node list (the daemon) showing the seven nodes')
         joint = None
         for words in sequence[1:]:
             if words[1:3] == ['topic', 'echo']:
