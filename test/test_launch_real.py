@@ -272,7 +272,8 @@ def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe
     sequence = readme_sequence()
     first = sequence[0]
     assert first[:3] == ['ros2', 'launch', 'simreal_ros'] and first[-1] == '&', first
-    expected = ['ros2 param set /friction_id joints', 'ros2 service call /policy_runner/enable',
+    expected = ['ros2 param set /friction_id joints', 'ros2 service call /safety/reset',
+                'ros2 service call /policy_runner/enable',
                 'ros2 service call /safety/select_sysid', 'ros2 service call /friction_id/start',
                 'ros2 topic echo --once /sysid/result',
                 'ros2 service call /sim_bridge/evaluate_gap']
@@ -285,9 +286,13 @@ def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe
         assert SYSID_NODES <= p.nodes(), launch.text()[-3000:]
         wait_for(lambda: p.states > 50, 30, what='joint_states from sim_robot')
         p.stop_states()
-        # As a user who sees the launch up: the ros2 daemon (which `ros2 param` asks) has
-        # discovered the nodes too; a daemon spawned by the first command has not ("Node not
-        # found").
+        # As a user who sees the launch up: every node said it is ready (before that `ros2
+        # param set` answered "Node not found" in 1 of 10 runs), and the ros2 daemon (which
+        # `ros2 param` asks) has discovered the nodes too; a daemon spawned by the first
+        # command has not ("Node not found").
+        wait_for(lambda: launch.text().count('identification ready for') >= 3
+                 and 'sim_bridge ready' in launch.text(), 120, interval=0.5,
+                 what='the SysID nodes and sim_bridge saying they are ready')
         wait_for(lambda: SYSID_NODES <= set(
             n.strip('/') for n in ros2(ros2_env, outside, 'node', 'list').stdout.split()),
             120, interval=0.5, what='ros2 node list (the daemon) showing the seven nodes')

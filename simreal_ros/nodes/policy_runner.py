@@ -60,7 +60,8 @@ from simreal_ros.core.config import ConfigError
 from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
                                      PhaseAligner, PolicyController, StartPhase)
-from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS, declare, run, stamp_to_sec
+from simreal_ros.nodes.common import (COMMAND_QOS, SENSOR_SUB_QOS, declare, declare_priority,
+                                      run, stamp_to_sec)
 
 
 ALIGN_EARLY_S = 0.0012   # see _schedule_alignment
@@ -73,6 +74,7 @@ class PolicyRunner(Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
+        self.priority = declare_priority(self, -5)   # before the work starts
         params = self._declare_parameters()
         self.ctl = PolicyController(params, source=f'{self.get_name()} parameters')
         self.period = 1.0 / float(params['rate_hz'])

@@ -54,8 +54,8 @@ from std_srvs.srv import SetBool, Trigger
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
 from simreal_ros.core.safety.stages import RecordWriter
-from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS, declare, run,
-                                      stamp_to_sec)
+from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS, declare,
+                                      declare_priority, run, stamp_to_sec)
 
 ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'supervised joints (names as in joint_states)'),
@@ -112,6 +112,7 @@ class SafetySupervisor(Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
+        self.priority = declare_priority(self, -10)   # before the work starts
         p = self._declare_parameters()
         cfg = SupervisorConfig.from_params(p, source=self.NODE_NAME)
         self.core = Supervisor(cfg, self._now())

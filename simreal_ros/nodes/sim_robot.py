@@ -37,7 +37,7 @@ from std_msgs.msg import String
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import PlantTruth, SimPlant
 from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_PUB_QOS, declare,
-                                      run)
+                                      declare_priority, run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -51,6 +51,7 @@ class SimRobot(Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
+        self.priority = declare_priority(self, -10)   # before the work starts
         p = self._declare_parameters()
         model_path = resolve_path(p['model_path'], what='sim_robot parameter model_path')
         truth = None
