@@ -41,6 +41,22 @@ def declare(node, name, default, description, *, low=None, high=None, read_only=
     return node.declare_parameter(name, default, desc).value
 
 
+def set_process_nice(nice):
+    """Set the nice value of every thread of this process; raise OSError when not allowed.
+
+    On Linux the nice value is per thread: the middleware's threads (which receive the
+    messages) exist already and get it too; threads started later inherit it.
+    """
+    import os
+    tasks = ([int(t) for t in os.listdir('/proc/self/task')]
+             if os.path.isdir('/proc/self/task') else [0])
+    for tid in tasks:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            pass   # a thread that ended meanwhile
+
+
 def declare_priority(node, default):
     """Declare `process_priority` (a nice value) and apply it; return (applied, message).
 
@@ -58,15 +74,7 @@ def declare_priority(node, default):
     if nice == 0:
         return False, 'process_priority 0: left as started'
     try:
-        # On Linux the nice value is per thread: the middleware's threads (which receive the
-        # messages) exist already and get it too; threads started later inherit it.
-        tasks = [int(t) for t in os.listdir('/proc/self/task')] if os.path.isdir(
-            '/proc/self/task') else [0]
-        for tid in tasks:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
-            except ProcessLookupError:
-                pass   # a thread that ended meanwhile
+        set_process_nice(nice)
         return True, f'process priority nice {os.getpriority(os.PRIO_PROCESS, 0)}'
     except OSError as exc:
         text = (f'process_priority {nice} not applied ({exc.strerror}): this node competes '
