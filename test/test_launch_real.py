@@ -267,8 +267,28 @@ def echo_until_result(ros2_env, cwd, words, launch, timeout=240):
     return out.read_text()
 
 
+# A watchdog e-stop while a `ros2` command line starts (its DDS participant is discovered by
+# every node): the supervisor saw no joint_states for 200 ms in about 1 of 3 runs here. It is
+# the supervisor doing its job on a starved machine; the run is repeated (at most twice, each
+# printed), and the issue note records the rate. Any other failure fails at once.
+WATCHDOG_ESTOP = ('e-stop is latched (joint_states stale', 'e-stop is latched (supervisor stalled')
+
+
 def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe):
     """The README's command block as it is: a friction result within 5 %, gap scored."""
+    for attempt in (1, 2, 3):
+        try:
+            return readme_friction_sequence(ros2_env, outside / f'run{attempt}', probe,
+                                            f'sysid{attempt}')
+        except AssertionError as exc:
+            if attempt == 3 or not any(k in str(exc) for k in WATCHDOG_ESTOP):
+                raise
+            print(f'RETRY {attempt}: a watchdog e-stop during the sequence: '
+                  f'{str(exc).splitlines()[-1][:300]}')
+
+
+def readme_friction_sequence(ros2_env, outside, probe, name):
+    outside.mkdir(parents=True, exist_ok=True)
     sequence = readme_sequence()
     first = sequence[0]
     assert first[:3] == ['ros2', 'launch', 'simreal_ros'] and first[-1] == '&', first
@@ -279,7 +299,7 @@ def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe
                 'ros2 service call /sim_bridge/evaluate_gap']
     assert [' '.join(w[:len(e.split())]) for w, e in zip(sequence[1:], expected)] == expected
     p = probe()
-    launch = Launch(ros2_env, outside, first[3:-1], name='sysid')
+    launch = Launch(ros2_env, outside, first[3:-1], name=name)
     try:
         wait_for(lambda: SYSID_NODES <= p.nodes() or launch.proc.poll() is not None, 120,
                  what='the seven nodes of sysid:=true')
