@@ -51,10 +51,7 @@ def g1_dir():
 
 
 def pytest_report_header(config):
-    # The tests observe the nodes' timing: they run at the time-critical nodes' priority
-    # (process_priority -10) when allowed, as the benches' rig does (simreal_ros.client.rig).
     from simreal_ros.client.rig import Rig
-    Rig.observe_at_node_priority()
     return [f'ROS_DOMAIN_ID={os.environ["ROS_DOMAIN_ID"]} '
             f'ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]} '
             f'observer nice {Rig.observer_nice}']
@@ -62,6 +59,10 @@ def pytest_report_header(config):
 
 # -- the ROS-native path: colcon install space and the real `ros2` command line -----------
 def pytest_configure(config):
+    # The tests observe the nodes' timing: they run at the time-critical nodes' priority
+    # (process_priority -10) when allowed, as the benches' rig does (simreal_ros.client.rig).
+    from simreal_ros.client.rig import Rig
+    Rig.observe_at_node_priority()
     config.addinivalue_line(
         'markers', 'ros_native: runs the package through colcon and the real ros2 command '
         'line; under CI=true a skip of one is a failure')

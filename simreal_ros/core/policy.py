@@ -351,7 +351,8 @@ class StartPhase:
 
     def command(self, now, admitted, measured):
         """Return (targets or None when the policy commands, handover): handover is True once,
-        on the tick the policy takes over (reset it first)."""
+        on the tick the policy takes over (reset it first). `measured` (command order) may be
+        None while admitted in the policy phase: it is not used there."""
         if not self.active:
             return None, False
         if not admitted:

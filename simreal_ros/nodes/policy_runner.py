@@ -93,8 +93,7 @@ class PolicyRunner(Node):
                              resets=0, lockstep_steps=0, phase_alignments=0, awaited_ticks=0,
                              await_timeouts=0, late_inputs_used=0, future_stamped=0,
                              duplicate_names=0, missing_velocity=0, cmd_vel_received=0,
-                             cmd_vel_rejected=0, cmd_vel_timeouts=0, eases=0,
-                             handovers=0)
+                             cmd_vel_rejected=0, cmd_vel_timeouts=0, handovers=0)
         self.last_problem = ''
         self.timing = LoopTiming(self.period)
         self._lock = threading.Lock()
@@ -516,11 +515,12 @@ class PolicyRunner(Node):
             imu_q = imu_w = None
             eased, handover = None, False
             if self.start.active:
-                measured = self.ctl.joint_map.to_command(
-                    self.ctl.joint_map.to_policy(msg.name, msg.position))
-                eases = self.start.eases
-                eased, handover = self.start.command(now, self._admitted(), measured)
-                self.counters['eases'] += self.start.eases - eases
+                admitted = self._admitted()
+                measured = None   # not needed once the policy runs (the common tick)
+                if not (admitted and self.start.phase == 'policy'):
+                    measured = self.ctl.joint_map.to_command(
+                        self.ctl.joint_map.to_policy(msg.name, msg.position))
+                eased, handover = self.start.command(now, admitted, measured)
                 if handover:
                     self.counters['handovers'] += 1
                     self.ctl.reset(now)   # the policy starts as a training episode does
@@ -584,6 +584,7 @@ class PolicyRunner(Node):
             status.level, status.message = DiagnosticStatus.OK, 'running'
         values = dict(counters, enabled=self.enabled, rate_hz=1 / self.period,
                       start_phase=self.start.phase if self.start.active else 'off',
+                      eases=self.start.eases,
                       executor=self.executor_kind, cmd_vel_clipped=self.cmd_limits.clipped,
                       observation_clipped=self.ctl.builder.clipped,
                       action_clipped=self.ctl.actions.clipped, last_problem=self.last_problem)
