@@ -267,11 +267,11 @@ def echo_until_result(ros2_env, cwd, words, launch, timeout=240):
     return out.read_text()
 
 
-# A watchdog e-stop while a `ros2` command line starts (its DDS participant is discovered by
-# every node): the supervisor saw no joint_states for 200 ms in about 1 of 3 runs here. It is
+# A watchdog e-stop (in the launch log) while a `ros2` command line starts, or during the
+# experiment: the supervisor saw no joint_states for 200 ms in about 1 of 3 runs here. It is
 # the supervisor doing its job on a starved machine; the run is repeated (at most twice, each
 # printed), and the issue note records the rate. Any other failure fails at once.
-WATCHDOG_ESTOP = ('e-stop is latched (joint_states stale', 'e-stop is latched (supervisor stalled')
+WATCHDOG_ESTOP = ('E-STOP: joint_states stale', 'E-STOP: supervisor stalled')
 
 
 def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe):
@@ -281,10 +281,13 @@ def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe
             return readme_friction_sequence(ros2_env, outside / f'run{attempt}', probe,
                                             f'sysid{attempt}')
         except AssertionError as exc:
-            if attempt == 3 or not any(k in str(exc) for k in WATCHDOG_ESTOP):
+            log = outside / f'run{attempt}' / f'sysid{attempt}.log'
+            text = log.read_text(errors='replace') if log.is_file() else ''
+            causes = [line for line in text.splitlines() if any(k in line for k in WATCHDOG_ESTOP)]
+            if attempt == 3 or not causes:
                 raise
-            print(f'RETRY {attempt}: a watchdog e-stop during the sequence: '
-                  f'{str(exc).splitlines()[-1][:300]}')
+            print(f'RETRY {attempt}: a watchdog e-stop during the sequence: {causes[0][-200:]} '
+                  f'(failure: {str(exc).splitlines()[0][:200]})')
 
 
 def readme_friction_sequence(ros2_env, outside, probe, name):
