@@ -198,9 +198,16 @@ event_st = st.one_of(
               st.sampled_from([SUP_NAMES, ['j0', 'j0', 'j1'], ['j0', 'j1'], ['j2', 'j0', 'j1'],
                                ['j0', 'j1', 'j2', 'j2']]),
               st.lists(wild, min_size=2, max_size=4), st.lists(wild, min_size=2, max_size=4)),
-    # A healthy control cycle (fresh state, fresh command, tick): reaches forwarding.
+    # A healthy control cycle (fresh state, fresh command, tick): reaches forwarding. The
+    # command is near the state (forwarding starts only within reset_tolerance of it and
+    # within the lowest stage's torque limit: 10 mrad at most, 1 N*m at kp 100) or
+    # anywhere in [-2, 2] (the limits then work on a far target).
     st.tuples(st.just('cycle'), st.lists(st.floats(-1, 1), min_size=3, max_size=3),
-              st.lists(st.floats(-2, 2), min_size=3, max_size=3)),
+              st.lists(st.floats(-2, 2), min_size=3, max_size=3), st.booleans()),
+    # A spell of steady control (the measured pose held, a command near it, ticks): the
+    # forwarding runs that the wild events then interrupt.
+    st.tuples(st.just('steady'), st.integers(1, 10),
+              st.lists(st.floats(-1, 1), min_size=3, max_size=3)),
     st.tuples(st.just('request'), st.sampled_from(['estop', 'reset', 'advance', 'sysid',
                                                    'policy'])),
 )
@@ -242,11 +249,20 @@ def supervisor_sequence(events):
     expanded = []
     for ev in events:
         if ev[0] == 'cycle':
+            target = [q + 0.005 * d for q, d in zip(ev[1], ev[2])] if ev[3] else ev[2]
             expanded += [('state', ev[1], [0.0] * 3),
-                         ('command', 'policy', SUP_NAMES, ev[2], [], []), ('tick', 0.002)]
+                         ('command', 'policy', SUP_NAMES, target, [], []), ('tick', 0.002)]
+        elif ev[0] == 'steady':
+            expanded += [('steady_state',), ('steady_command', ev[2]), ('tick', 0.002)] * ev[1]
         else:
             expanded.append(ev)
     for ev in expanded:
+        if ev[0] == 'steady_state':
+            ev = ('state', [0.0] * 3 if sup.q is None else sup.q.tolist(), [0.0] * 3)
+        elif ev[0] == 'steady_command':
+            held = [0.0] * 3 if sup.q is None else sup.q.tolist()
+            ev = ('command', 'policy', SUP_NAMES, [q + 0.005 * d for q, d in zip(held, ev[1])],
+                  [], [])
         if ev[0] in ('state', 'raw_state'):
             names, pos, vel = (SUP_NAMES, ev[1], ev[2]) if ev[0] == 'state' else ev[1:]
             sup.on_joint_state(names, pos, vel, t, t)
