@@ -117,6 +117,10 @@ class _Stop:
 
 
 EXECUTOR_KINDS = ('events', 'single')
+EXECUTOR_DOC = ("'events' (rclpy.experimental.EventsExecutor, the default: callbacks from the "
+                "middleware's events, no wait set rebuilt per callback; about half the CPU of "
+                "'single' per callback, bench/cpu_budget.py) or 'single' "
+                "(SingleThreadedExecutor); 'events' falls back to single where rclpy lacks it")
 
 
 def make_executor(kind='single'):
@@ -141,7 +145,8 @@ def make_executor(kind='single'):
 def run(node_class, args=None):
     """Spin one node; configuration errors exit 2 with a clear line; signals stop it cleanly.
 
-    A SingleThreadedExecutor: with rclpy 9 (Kilted) a MultiThreadedExecutor starved a 500 Hz
+    One thread (the node's `executor` parameter: EventsExecutor by default, else a
+    SingleThreadedExecutor): with rclpy 9 (Kilted) a MultiThreadedExecutor starved a 500 Hz
     timer and the subscriptions sharing its callback group as soon as messages arrived
     (sim_robot fell from 500 to ~5 ticks/s, commands were lost). No node makes blocking calls
     inside callbacks (services answer at once, SysID maths runs in a worker thread), so one

@@ -60,8 +60,8 @@ from simreal_ros.core.config import ConfigError
 from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
                                      PhaseAligner, PolicyController, StartPhase)
-from simreal_ros.nodes.common import (COMMAND_QOS, SENSOR_SUB_QOS, declare, declare_priority,
-                                      run, stamp_to_sec)
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, SENSOR_SUB_QOS, declare,
+                                      declare_priority, run, stamp_to_sec)
 
 
 ALIGN_EARLY_S = 0.0012   # see _schedule_alignment
@@ -193,11 +193,7 @@ class PolicyRunner(Node):
         p['cmd_vel_max'] = self._declare(
             'cmd_vel_max', [1.0, 1.0, 1.0], 'upper bound of cmd_vel (vx m/s, vy m/s, wz rad/s)',
             None, None)
-        p['executor'] = self._declare(
-            'executor', 'single', "'events' (rclpy EventsExecutor: no wait set rebuilt per "
-            "callback) or 'single' (SingleThreadedExecutor, the default: under rclpy 9.x's "
-            "EventsExecutor this node's loop timer did not fire); 'events' falls back to single "
-            'where rclpy lacks it', None, None)
+        p['executor'] = self._declare('executor', 'events', EXECUTOR_DOC, None, None)
         p['align_to_joint_states'] = self._declare(
             'align_to_joint_states', True, 'choose the tick phase against the joint_states '
             "arrivals (see align_mode) at enable ('after': also when it drifts); the rate "

@@ -54,8 +54,8 @@ from std_srvs.srv import SetBool, Trigger
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
 from simreal_ros.core.safety.stages import RecordWriter
-from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS, declare,
-                                      declare_priority, run, stamp_to_sec)
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_SUB_QOS,
+                                      declare, declare_priority, run, stamp_to_sec)
 
 ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'supervised joints (names as in joint_states)'),
@@ -119,6 +119,7 @@ class SafetySupervisor(Node):
         self.stage_file = cfg.stage_file
         # Stalls are wall-clock events; on simulated time the simulator sets the pace.
         self._wall = None if self.get_parameter('use_sim_time').value else time.monotonic
+        self.executor_kind = p['executor']
         self.forward_on_input = p['forward_on_input']
         self.forward_on_tick = p['forward_on_tick']
         if not (self.forward_on_input or self.forward_on_tick):
@@ -282,6 +283,7 @@ class SafetySupervisor(Node):
         p['state_rate_hz'] = declare(self, 'state_rate_hz', 10.0, 'safety/state refresh rate '
                                      '(also published on every event)', low=0.1, high=100.0,
                                      read_only=True)
+        p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
         if not p['stage_file']:
             home = os.environ.get('ROS_HOME', os.path.join(os.path.expanduser('~'), '.ros'))
             ns = self.get_namespace().strip('/').replace('/', '.') or '_root'
@@ -526,7 +528,8 @@ class SafetySupervisor(Node):
         else:
             st.level = DiagnosticStatus.OK
             st.message = f'forwarding {s["mode"]} at {_where(s)}'
-        values = {'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
+        values = {'executor': getattr(self, 'executor_kind', 'single'),
+                  'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
                   'estop_cause': s['estop_cause'], 'output': s['output'],
                   'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject'],
                   'implausible_states': s['implausible_states'],

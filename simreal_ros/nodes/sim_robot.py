@@ -36,8 +36,8 @@ from std_msgs.msg import String
 
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import PlantTruth, SimPlant
-from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_PUB_QOS, declare,
-                                      declare_priority, run)
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
+                                      declare, declare_priority, run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -176,11 +176,7 @@ class SimRobot(Node):
         for key in PLANT_SCALARS:
             p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
                                         read_only=True)
-        p['executor'] = declare(self, 'executor', 'single', "'events' (rclpy EventsExecutor: "
-                                "no wait set rebuilt per callback, experimental) or 'single' "
-                                "(SingleThreadedExecutor, the default: the one tested here); "
-                                "'events' falls back to single where rclpy lacks it",
-                                read_only=True)
+        p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
         p['base_pose_rate_hz'] = declare(self, 'base_pose_rate_hz', 50.0, 'rate of the '
                                          'ground-truth sim/base_pose (floating base), for '
                                          "benches' distance and fall checks: a third of the "
