@@ -719,6 +719,26 @@ def test_late_tick_forwards_nothing_computed_from_old_state_and_is_counted():
     assert r.sup.tick(r.t, wall=wall).safe and r.sup.latched and 'stalled' in r.sup.cause
 
 
+def test_a_command_taken_first_after_a_long_stall_is_not_forwarded():
+    # After a stall beyond the joint_states timeout the executor may take a fresh state and a
+    # queued command before the late tick: the forward-on-input tick must e-stop too, not
+    # resume the robot for one command.
+    r = Rig()
+    wall = 100.0
+    for _ in range(3):
+        r.t += 0.002
+        wall += 0.002
+        r.state()
+        r.cmd()
+        assert not r.sup.tick(r.t, wall=wall).safe
+    r.t += 0.002
+    wall += 0.2
+    r.state()
+    r.cmd(pos=(0.05, 0.0))
+    out = r.sup.tick(r.t, count=False, wall=wall)
+    assert out.safe and r.sup.latched and 'stalled' in r.sup.cause
+
+
 def test_slow_ticks_with_new_state_keep_forwarding_the_policy():
     # A loaded computer: every tick 15 ms after the previous (7.5 periods), with new joint
     # states in between. The targets must follow the policy, not freeze on the last output.

@@ -649,12 +649,13 @@ class Supervisor:
                         self.events.append((now, late))
             if count:
                 self.max_tick_gap = max(self.max_tick_gap, gap)
-                if gap > self.cfg.timeouts['joint_states'] and self.q is not None:
-                    # Longer than the state watchdog: the driver has had no command for as
-                    # long, and has damped. Resuming on its own is not this supervisor's call.
-                    self._trip(f'supervisor stalled for {gap * 1e3:.0f} ms (longer than '
-                               'joint_states_timeout_s): the robot was without supervision', now,
-                               fault='watchdog')
+            if gap > self.cfg.timeouts['joint_states'] and self.q is not None:
+                # Longer than the state watchdog: the driver has had no command for as long,
+                # and has damped. Resuming on its own is not this supervisor's call, also not
+                # for a command taken before the late tick (a fresh state may have come first).
+                self._trip(f'supervisor stalled for {gap * 1e3:.0f} ms (longer than '
+                           'joint_states_timeout_s): the robot was without supervision', now,
+                           fault='watchdog')
         if count and wall is not None:
             self._last_wall = wall
         if count:
