@@ -726,7 +726,19 @@ def sc_stage_list_changed(tmp, args):
         wait_for(lambda: rig.probe.get('stage') is not None, 30, what='safety/state')
         stage = rig.probe.get('stage')
         wait_for(lambda: 'earned with stages' in rig.sup.output(), 10, what='the warning')
-        saved = json.loads(record.read_text())
+
+        def saved_stages():
+            try:
+                return json.loads(record.read_text())['stages']
+            except (OSError, ValueError, KeyError):
+                return None
+        # The record is rewritten by the supervisor's writer thread, not in the tick: give it
+        # a moment (reading it at once failed 1 run in 11).
+        try:
+            wait_for(lambda: saved_stages() == stage['stages'], 5, what='the record rewritten')
+        except AssertionError:
+            pass   # judged below with what the record holds
+        saved = {'stages': saved_stages()}
         return {'passed': stage['stage'] == 0.1 and saved['stages'] == stage['stages'],
                 'stage': stage['stage'], 'stages_now': stage['stages'],
                 'record_stages': saved['stages']}
