@@ -50,6 +50,8 @@ def relay_main(rate_hz):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
 
+    from simreal_ros.nodes.common import prefer_udp_transport
+    prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
     node = rclpy.create_node('relay_floor')
     # At the supervisor's priority (its process_priority): a floor starved by the measured
@@ -135,6 +137,8 @@ def main():
         {k: {'ros__parameters': v} for k, v in overlay.items()}))
     extra = ['--params-file', str(tmp / 'overlay.yaml')]
 
+    from simreal_ros.nodes.common import prefer_udp_transport
+    prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
     node = rclpy.create_node('cpu_budget_bench')
     poses, diag, safety, relayed = [], {}, [], [0]

@@ -105,6 +105,8 @@ def main():
     hold_topic = 'policy/command'   # the hold goes the policy's way (through the supervisor)
 
     overlay = write_overlay(tmp, sim_overlay)
+    from simreal_ros.nodes.common import prefer_udp_transport
+    prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
     node = rclpy.create_node('g1_sim2sim_bench')
     lock = threading.Lock()

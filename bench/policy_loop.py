@@ -36,6 +36,8 @@ os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 ECHO = r'''
 import json, sys, time, rclpy
 from std_msgs.msg import Header
+from simreal_ros.nodes.common import prefer_udp_transport
+prefer_udp_transport()   # the nodes' transport (see there)
 rclpy.init()
 node = rclpy.create_node('policy_loop_floor')
 hops = []
@@ -106,6 +108,8 @@ def main():
                         'bias': {'kind': 'constant', 'value': [1.0]}}}}}))
     extra = ['--params-file', str(overlay)]
 
+    from simreal_ros.nodes.common import prefer_udp_transport
+    prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
     node = rclpy.create_node('policy_loop_bench')
     diag = {}

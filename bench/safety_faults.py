@@ -68,6 +68,8 @@ def make_rig(tmp, supervisor=None, **kwargs):
 def policy_process():
     """Act as a policy process: hold the measured pose on policy/command at 100 Hz."""
     import rclpy
+    from simreal_ros.nodes.common import prefer_udp_transport
+    prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
     probe = SafetyProbe(ARM_NAMES, name='fake_policy')
     while probe.joint_states is None:
@@ -837,6 +839,8 @@ def main():
     if args.as_policy:
         return policy_process()
     import rclpy
+    from simreal_ros.nodes.common import prefer_udp_transport
+    prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
     results = {}
     runs_passed = {name: 0 for name in args.scenarios}

@@ -40,6 +40,8 @@ def main():
     config = robot_config_path(args.robot)
     sim = NodeProcess('sim_robot', params_file=config, params={'publish_rate_hz': args.rate})
     proc = sim.proc
+    from simreal_ros.nodes.common import prefer_udp_transport
+    prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
     node = rclpy.create_node('sim_rate_bench')
     arrivals, stamps, diags = [], [], []

@@ -36,6 +36,10 @@ if 'SIMREAL_TEST_DOMAIN_ID' in os.environ:
 else:
     os.environ['ROS_DOMAIN_ID'] = str(_claim_domain_id())
 os.environ.setdefault('RCUTILS_LOGGING_BUFFERED_STREAM', '0')
+# The nodes' own transport choice for this process too (see prefer_udp_transport): an
+# observer blocked by a stopped node measured stalls the nodes did not have.
+from simreal_ros.nodes.common import prefer_udp_transport  # noqa: E402
+prefer_udp_transport()
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / 'shared'

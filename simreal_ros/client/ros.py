@@ -45,6 +45,8 @@ class Ros:
         from rclpy.parameter import Parameter
         self.rclpy = rclpy
         self.namespace = namespace
+        from simreal_ros.nodes.common import prefer_udp_transport
+        prefer_udp_transport()   # the nodes' transport (see there)
         rclpy.init(args=[])
         self.node = rclpy.create_node(
             f'simreal_cli_{os.getpid()}',

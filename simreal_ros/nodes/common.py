@@ -1,5 +1,6 @@
 """What every simreal_ros node shares: QoS profiles, parameter declaration, main()."""
 import math
+import os
 import sys
 
 import rclpy
@@ -116,6 +117,28 @@ class _Stop:
             signal.signal(sig, signal.SIG_IGN)
 
 
+TRANSPORT_CHOICES = ('FASTDDS_BUILTIN_TRANSPORTS', 'FASTDDS_DEFAULT_PROFILES_FILE',
+                     'FASTRTPS_DEFAULT_PROFILES_FILE')
+
+
+def prefer_udp_transport(environ=None):
+    """Fast DDS between processes: loopback UDP, not shared memory, unless the user chose.
+
+    Call before rclpy.init (the participant reads it then). With Fast DDS's shared-memory
+    transport (its default between processes of one host) a stopped subscriber blocked its
+    publishers: sim_robot SIGSTOPped for 3 s stalled safety_supervisor's control loop for
+    3004 ms, first noticed after 1002 ms (the transport's port health check,
+    `healthy_check_timeout_ms` 1000), an e-stop for the wrong reason and a robot without
+    supervision meanwhile. Over UDP a reader that cannot take a message loses it and nothing
+    waits. A transport the user set (FASTDDS_BUILTIN_TRANSPORTS or a profiles file) is kept;
+    other middlewares ignore the variable. Returns the value now in effect, or None.
+    """
+    env = os.environ if environ is None else environ
+    if not any(env.get(k) for k in TRANSPORT_CHOICES):
+        env['FASTDDS_BUILTIN_TRANSPORTS'] = 'UDPv4'
+    return env.get('FASTDDS_BUILTIN_TRANSPORTS')
+
+
 EXECUTOR_KINDS = ('events', 'single')
 EXECUTOR_DOC = ("'events' (rclpy.experimental.EventsExecutor, the default: callbacks from the "
                 "middleware's events, no wait set rebuilt per callback; about half the CPU of "
@@ -159,6 +182,7 @@ def run(node_class, args=None):
     """
     from rclpy.signals import SignalHandlerOptions
     stop = _Stop()
+    prefer_udp_transport()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     executor = None
