@@ -190,7 +190,7 @@ def run(node_class, args=None):
     name = getattr(node_class, 'NODE_NAME', node_class.__name__)
     try:
         node = node_class()
-        executor, node.executor_kind = make_executor(getattr(node, 'executor_kind', 'single'))
+        executor, node.executor_kind = make_executor(getattr(node, 'executor_kind', 'events'))
         executor.add_node(node)
         # Short waits: a Python signal handler runs only when the wait returns.
         while stop.signal is None and rclpy.ok():
