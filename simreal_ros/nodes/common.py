@@ -146,7 +146,7 @@ EXECUTOR_DOC = ("'events' (rclpy.experimental.EventsExecutor, the default: callb
                 "(SingleThreadedExecutor); 'events' falls back to single where rclpy lacks it")
 
 
-def make_executor(kind='single'):
+def make_executor(kind='events'):
     """Return an executor of `kind` ('events' or 'single') and the kind actually made.
 
     'events' is rclpy.experimental.EventsExecutor (callbacks from the middleware's events, no
