@@ -691,15 +691,20 @@ def test_an_old_target_rate_cannot_hold_the_target_still_for_good():
     assert positions[20] > 0.0
 
 
-def test_late_tick_forwards_nothing_computed_from_old_state_and_is_counted():
-    r = Rig()
-    wall = 100.0
-    for _ in range(3):
+def forwarding_on_the_wall_clock(r, wall, ticks=3):
+    """Tick `r` forwarding, on time, with a wall clock from `wall`; return the wall time."""
+    for _ in range(ticks):
         r.t += 0.002
         wall += 0.002
         r.state()
         r.cmd()
         assert not r.sup.tick(r.t, wall=wall).safe
+    return wall
+
+
+def test_late_tick_forwards_nothing_computed_from_old_state_and_is_counted():
+    r = Rig()
+    wall = forwarding_on_the_wall_clock(r, 100.0)
     last = r.sup.last_forward[1].position.copy()
     r.t += 0.002
     wall += 0.030                            # the process was not scheduled for 30 ms
@@ -724,13 +729,7 @@ def test_a_command_taken_first_after_a_long_stall_is_not_forwarded():
     # queued command before the late tick: the forward-on-input tick must e-stop too, not
     # resume the robot for one command.
     r = Rig()
-    wall = 100.0
-    for _ in range(3):
-        r.t += 0.002
-        wall += 0.002
-        r.state()
-        r.cmd()
-        assert not r.sup.tick(r.t, wall=wall).safe
+    wall = forwarding_on_the_wall_clock(r, 100.0)
     r.t += 0.002
     wall += 0.2
     r.state()
