@@ -818,6 +818,18 @@ def run_properties(cases):
             'seconds': round(time.monotonic() - t0, 1), 'failure': failure}
 
 
+def measured_transport():
+    """What a node of this process got from the middleware (the nodes' processes share the
+    environment): 'UDP' or 'shared memory + UDP'."""
+    import rclpy
+    from simreal_ros.nodes.common import dds_transport
+    node = rclpy.create_node(f'safety_faults_transport_{os.getpid()}')
+    try:
+        return dds_transport()
+    finally:
+        node.destroy_node()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--scenarios', nargs='*', default=list(SCENARIOS), choices=SCENARIOS)
@@ -831,8 +843,17 @@ def main():
                         help='override joint_states_timeout_s and imu_timeout_s (s) of the '
                         'robot configs, e.g. '
                         'on a machine so loaded that DDS delivers joint_states late')
+    parser.add_argument('--dds', choices=('localhost', 'loopback-udp'), default='localhost',
+                        help='localhost: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (rmw_fastrtps '
+                        'then adds shared memory); loopback-udp: every process on '
+                        'config/fastdds/loopback_udp.xml (UDP on 127.0.0.1, no shared memory, '
+                        'as the nodes get on a robot\'s computers)')
     parser.add_argument('--as-policy', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.dds == 'loopback-udp':
+        from simreal_ros.client.rig import loopback_udp_env, process_env
+        os.environ.clear()
+        os.environ.update(process_env(loopback_udp_env()))
     ARGS.overrides = ({'joint_states_timeout_s': args.joint_states_timeout,
                        'imu_timeout_s': args.joint_states_timeout}
                       if args.joint_states_timeout else {})
@@ -842,6 +863,7 @@ def main():
     from simreal_ros.nodes.common import prefer_udp_transport
     prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
+    transport = measured_transport()
     results = {}
     runs_passed = {name: 0 for name in args.scenarios}
     runs = {name: [] for name in args.scenarios}
@@ -895,6 +917,7 @@ def main():
         'supervisor_tick_ms': round(1e3 / float(
             load_node_params(ARM, 'safety_supervisor').get('rate_hz', 500.0)), 3),
         'transport_allowance_ms': args.transport_ms,
+        'dds': args.dds, 'dds_transport': transport,
         'repeat': args.repeat,
         'runs_passed': {k: v for k, v in runs_passed.items() if k not in skipped},
         'fault_to_safe_ms_max': {k: max(v[key] for v in runs[k] if v.get(key) is not None)

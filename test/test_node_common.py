@@ -2,7 +2,7 @@
 import pytest
 
 from simreal_ros.core.config import ConfigError
-from simreal_ros.nodes.common import make_executor, prefer_udp_transport
+from simreal_ros.nodes.common import dds_transport, make_executor, prefer_udp_transport
 
 
 def test_udp_transport_unless_the_user_chose_one():
@@ -12,6 +12,33 @@ def test_udp_transport_unless_the_user_chose_one():
     assert prefer_udp_transport(env) == 'SHM'
     env = {'FASTDDS_DEFAULT_PROFILES_FILE': '/etc/robot/fastdds.xml'}
     assert prefer_udp_transport(env) is None and 'FASTDDS_BUILTIN_TRANSPORTS' not in env
+
+
+def test_transport_is_read_from_the_process_maps(tmp_path, monkeypatch):
+    maps = tmp_path / 'maps'
+    maps.write_text('7f59 rw-s 00000000 00:1b 388730 /dev/shm/fastdds_75c3aaf97c5e90ef\n'
+                    '7f5a r-xp 00000000 08:01 12 /usr/lib/libc.so.6\n')
+    monkeypatch.delenv('RMW_IMPLEMENTATION', raising=False)
+    assert dds_transport(maps) == 'shared memory + UDP'
+    maps.write_text('7f5a r-xp 00000000 08:01 12 /work/.venv/lib/libfastdds.so.3.2\n')
+    assert dds_transport(maps) == 'UDP'
+    assert dds_transport(tmp_path / 'missing') == 'unknown'
+    monkeypatch.setenv('RMW_IMPLEMENTATION', 'rmw_cyclonedds_cpp')
+    assert dds_transport(maps) == 'unknown'
+
+
+def test_loopback_profile_is_a_fast_dds_profile_without_shared_memory():
+    # The file the docs and the transport test point to: UDPv4 only, bound to 127.0.0.1.
+    import xml.etree.ElementTree as ET
+    from simreal_ros.client.rig import loopback_udp_env
+    path = loopback_udp_env()['FASTDDS_DEFAULT_PROFILES_FILE']
+    ns = {'d': 'http://www.eprosima.com'}
+    root = ET.parse(path).getroot()
+    kinds = [e.text for e in root.iterfind('.//d:transport_descriptor/d:type', ns)]
+    assert kinds == ['UDPv4'], kinds
+    assert [e.text for e in root.iterfind('.//d:interfaceWhiteList/d:address', ns)] == \
+        ['127.0.0.1']
+    assert root.find('.//d:participant/d:rtps/d:useBuiltinTransports', ns).text == 'false'
 
 
 def test_executor_kind_is_checked():

@@ -37,10 +37,33 @@ ARM3 = (REPO or Path('.')) / 'config' / 'robots' / 'arm3.yaml'
 ARM3_NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
 
 
+def loopback_udp_env():
+    """Environment changes for node processes on one computer over loopback UDP without
+    shared memory: config/fastdds/loopback_udp.xml with the default discovery range (the
+    transport a robot's computers get from the nodes' FASTDDS_BUILTIN_TRANSPORTS=UDPv4;
+    LOCALHOST would add shared memory). Traffic stays on 127.0.0.1."""
+    from simreal_ros.core.config import share_dir
+    return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SYSTEM_DEFAULT',
+            'FASTDDS_DEFAULT_PROFILES_FILE': str(share_dir() / 'config' / 'fastdds'
+                                                 / 'loopback_udp.xml'),
+            'FASTDDS_BUILTIN_TRANSPORTS': None}
+
+
+def process_env(changes=None):
+    """This process's environment with `changes` (a value None removes the variable)."""
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    for key, value in (changes or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
 class NodeProcess:
     """A simreal_ros node started as its own process (python -m simreal_ros.nodes.<node>)."""
 
-    def __init__(self, node, params_file=None, params=None, extra_args=(), name=None):
+    def __init__(self, node, params_file=None, params=None, extra_args=(), name=None, env=None):
         cmd = [sys.executable, '-m', f'simreal_ros.nodes.{node}', '--ros-args']
         if name:
             cmd += ['-r', f'__node:={name}']
@@ -62,7 +85,7 @@ class NodeProcess:
             '/tmp', f'simreal-test-{node}-{os.getpid()}-{time.time_ns()}.log')
         self._log = open(self.log_path, 'w+')
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     env=dict(os.environ, PYTHONUNBUFFERED='1'))
+                                     env=process_env(env))
 
     @property
     def pid(self):
@@ -300,18 +323,21 @@ class Rig:
     supervisor starts (a driver's start-up stall would otherwise be a true stale-input e-stop);
     `supervisor_first` starts the supervisor first and waits for it (a robot that falls
     without commands, the G1). The robot stands from the start (`hold_until_command` false).
+    `env`: environment changes for the node processes (None as a value removes a variable),
+    e.g. `loopback_udp_env()`.
     """
 
     setup_resets = 0   # bring-up e-stops (load) reset by wait_forwarding, over all rigs
     observer_nice = None   # the nice value this (observing) process runs at, once set
 
     def __init__(self, robot=ARM3, names=None, supervisor=None, sim=None, policy_runner=None,
-                 supervisor_first=False, tmp=None):
+                 supervisor_first=False, tmp=None, env=None):
         import tempfile
         from sensor_msgs.msg import Imu, JointState
         from simreal_ros.core.config import load_node_params
         from simreal_ros.nodes.common import COMMAND_QOS, SENSOR_SUB_QOS
         self.robot = robot
+        self.env = env
         self.procs = {}
         Rig.observe_at_node_priority()
         self.params = load_node_params(robot, 'safety_supervisor')
@@ -356,7 +382,8 @@ class Rig:
     # -- processes ------------------------------------------------------------------------
     def start(self, node, params=None, extra_args=()):
         """Start `node` with the robot file and `params` overrides; return its NodeProcess."""
-        proc = NodeProcess(node, params_file=self.robot, params=params, extra_args=extra_args)
+        proc = NodeProcess(node, params_file=self.robot, params=params, extra_args=extra_args,
+                           env=self.env)
         self.procs[node] = proc
         return proc
 

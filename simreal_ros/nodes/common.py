@@ -122,21 +122,53 @@ TRANSPORT_CHOICES = ('FASTDDS_BUILTIN_TRANSPORTS', 'FASTDDS_DEFAULT_PROFILES_FIL
 
 
 def prefer_udp_transport(environ=None):
-    """Fast DDS between processes: loopback UDP, not shared memory, unless the user chose.
+    """Fast DDS between processes: UDP, not shared memory, unless the user chose.
 
-    Call before rclpy.init (the participant reads it then). With Fast DDS's shared-memory
-    transport (its default between processes of one host) a stopped subscriber blocked its
-    publishers: with sim_robot SIGSTOPped, safety_supervisor's loop stalled for about 1 s
-    (bench/safety_faults.py joint_states_stopped: 'supervisor stalled for 1003 ms', watchdog
-    seen 807 ms late; the transport's port health check, `healthy_check_timeout_ms` 1000),
-    an e-stop for the wrong reason and a robot without supervision meanwhile. Over UDP a reader that cannot take a message loses it and nothing
-    waits. A transport the user set (FASTDDS_BUILTIN_TRANSPORTS or a profiles file) is kept;
-    other middlewares ignore the variable. Returns the value now in effect, or None.
+    Call before rclpy.init (the participant reads it then). Over Fast DDS's shared-memory
+    transport a stopped subscriber blocks every publisher writing to it: with sim_robot
+    SIGSTOPped, safety_supervisor's `hardware/command` publish took 1000-1005 ms, twice in a
+    row (the port health check, `healthy_check_timeout_ms` 1000, tried twice), an e-stop for
+    the wrong reason and a robot without supervision meanwhile. Over UDP a reader that cannot
+    take a message loses it and nothing waits.
+
+    This sets FASTDDS_BUILTIN_TRANSPORTS=UDPv4 unless the user chose a transport (that
+    variable or a profiles file). It takes effect with the default discovery range (SUBNET,
+    a robot's computers). Under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps (9.3)
+    installs its own shared-memory + UDP pair and the variable is ignored: use
+    config/fastdds/loopback_udp.xml for one computer instead (see `dds_transport`, which
+    tells what a process got). Other middlewares ignore the variable. Returns the value now
+    in effect, or None.
     """
     env = os.environ if environ is None else environ
     if not any(env.get(k) for k in TRANSPORT_CHOICES):
         env['FASTDDS_BUILTIN_TRANSPORTS'] = 'UDPv4'
     return env.get('FASTDDS_BUILTIN_TRANSPORTS')
+
+
+SHARED_MEMORY_WARNING = (
+    'DDS uses shared memory between processes: a stopped or frozen subscriber (any process, '
+    'also a suspended `ros2 topic echo`) can block this node\'s publishing for 1-2 s. '
+    'ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST makes rmw_fastrtps add it; on one computer use '
+    'FASTDDS_DEFAULT_PROFILES_FILE=<share>/simreal_ros/config/fastdds/loopback_udp.xml with '
+    'ROS_AUTOMATIC_DISCOVERY_RANGE=SYSTEM_DEFAULT (docs/real_robot.md, middleware)')
+
+
+def dds_transport(maps='/proc/self/maps'):
+    """What this process's middleware uses between processes, once its node exists.
+
+    'shared memory + UDP' when Fast DDS has mapped its shared-memory segments
+    (/dev/shm/fastdds_*), 'UDP' when it has not, 'unknown' for another middleware or where
+    /proc is missing. Measured, not inferred from the environment: rmw_fastrtps overrides
+    FASTDDS_BUILTIN_TRANSPORTS under LOCALHOST.
+    """
+    if 'fastrtps' not in os.environ.get('RMW_IMPLEMENTATION', 'rmw_fastrtps_cpp'):
+        return 'unknown'
+    try:
+        with open(maps) as f:
+            shm = any('/dev/shm/fastdds' in line for line in f)
+    except OSError:
+        return 'unknown'
+    return 'shared memory + UDP' if shm else 'UDP'
 
 
 EXECUTOR_KINDS = ('events', 'single')
@@ -191,6 +223,9 @@ def run(node_class, args=None):
     try:
         node = node_class()
         executor, node.executor_kind = make_executor(getattr(node, 'executor_kind', 'events'))
+        node.dds_transport = dds_transport()
+        if node.dds_transport == 'shared memory + UDP':
+            node.get_logger().warning(SHARED_MEMORY_WARNING)
         executor.add_node(node)
         # Short waits: a Python signal handler runs only when the wait returns.
         while stop.signal is None and rclpy.ok():

@@ -486,6 +486,7 @@ class SafetySupervisor(Node):
         s = self.core.status(self._now())
         s['stage_record'] = {'file': self.stage_file, 'writes': self.writer.writes,
                              'write_failures': self.writer.failures, 'error': self.writer.error}
+        s['dds_transport'] = getattr(self, 'dds_transport', 'unknown')
         return s
 
     def _publish_heartbeat(self):
@@ -529,6 +530,7 @@ class SafetySupervisor(Node):
             st.level = DiagnosticStatus.OK
             st.message = f'forwarding {s["mode"]} at {_where(s)}'
         values = {'executor': getattr(self, 'executor_kind', 'single'),
+                  'dds_transport': s['dds_transport'],
                   'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
                   'estop_cause': s['estop_cause'], 'output': s['output'],
                   'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject'],
