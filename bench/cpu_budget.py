@@ -102,6 +102,9 @@ def main():
     parser.add_argument('--load', type=int, default=0, help='competing busy processes')
     parser.add_argument('--executor', choices=('events', 'single'), default=None,
                         help='executor of the three nodes (default: their configuration)')
+    parser.add_argument('--param', action='append', default=[], metavar='NODE:NAME=VALUE',
+                        help='a parameter override, e.g. safety_supervisor:poll_inputs=false '
+                        '(repeatable; the value is read as YAML)')
     parser.add_argument('--relay', type=float, help=argparse.SUPPRESS)   # the floor process
     args = parser.parse_args()
     if args.relay:
@@ -133,6 +136,13 @@ def main():
     if args.executor:
         for name in NODES:
             overlay[name]['executor'] = args.executor
+    overrides = {}
+    for item in args.param:
+        target, _, value = item.partition('=')
+        name, _, key = target.partition(':')
+        if name not in NODES or not key or not value:
+            parser.error(f'--param {item!r}: use NODE:NAME=VALUE with NODE one of {NODES}')
+        overlay[name][key] = overrides[target] = yaml.safe_load(value)
     (tmp / 'overlay.yaml').write_text(yaml.safe_dump(
         {k: {'ros__parameters': v} for k, v in overlay.items()}))
     extra = ['--params-file', str(tmp / 'overlay.yaml')]
@@ -168,7 +178,7 @@ def main():
     threading.Thread(target=teleop, daemon=True).start()
 
     procs, busy = {}, []
-    summary = {'seconds': duration, 'load': args.load}
+    summary = {'seconds': duration, 'load': args.load, 'overrides': overrides}
     try:
         # The floor first, with sim_robot streaming joint_states (in its gantry) and nothing
         # else of the graph: run beside the walk, the relay competed with the nodes it is the

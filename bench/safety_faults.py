@@ -851,9 +851,12 @@ def main():
     parser.add_argument('--as-policy', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dds == 'loopback-udp':
-        from simreal_ros.client.rig import loopback_udp_env, process_env
-        os.environ.clear()
-        os.environ.update(process_env(loopback_udp_env()))
+        from simreal_ros.client.rig import loopback_udp_env
+        for key, value in loopback_udp_env().items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     ARGS.overrides = ({'joint_states_timeout_s': args.joint_states_timeout,
                        'imu_timeout_s': args.joint_states_timeout}
                       if args.joint_states_timeout else {})
@@ -871,6 +874,8 @@ def main():
     try:
         for k in range(args.repeat):
             for name in args.scenarios:
+                if not rclpy.ok():   # SIGINT/SIGTERM: rclpy shut down, stop here
+                    break
                 LAST_RIG[0] = None
                 t0 = time.monotonic()
                 try:

@@ -129,10 +129,14 @@ def forwarding(drv):
     wait_for(lambda: drv.get('output') == 'forwarding', 30, what='forwarding')
 
 
-def test_glitched_and_duplicated_joint_states_never_reach_the_hardware(ros, tmp_path):
+@pytest.mark.parametrize('poll_inputs', [True, False])
+def test_glitched_and_duplicated_joint_states_never_reach_the_hardware(ros, tmp_path,
+                                                                      poll_inputs):
+    # Two bad samples back to back land in one tick's poll: both must be checked and counted,
+    # in order (the last implausible one is the repeated names), not only the newest.
     drv = Driver()
     try:
-        with supervisor(tmp_path, implausible_trip_count=4) as sup:
+        with supervisor(tmp_path, implausible_trip_count=4, poll_inputs=poll_inputs) as sup:
             forwarding(drv)
             t0 = time.monotonic()
             drv.joint_states([40.0, 0.0, 0.0])                       # one glitched sample

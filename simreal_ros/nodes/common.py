@@ -145,6 +145,41 @@ def prefer_udp_transport(environ=None):
     return env.get('FASTDDS_BUILTIN_TRANSPORTS')
 
 
+class PolledSubscription:
+    """A subscription no executor calls back: its owner takes the messages when it wants them.
+
+    The supervisor takes joint_states and imu at the start of its tick instead of a callback
+    per message: at 500 Hz each input costs an executor callback (the dispatch, not the
+    message, is most of it: a plain rclpy relay's two 500 Hz callbacks took 62 % of a core in
+    bench/cpu_budget.py). It is a real subscription of `node` (remapping, QoS and the graph
+    as for create_subscription) that rclpy's Node does not list, so no executor sees it.
+    """
+
+    def __init__(self, node, msg_type, topic, qos):
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+        from rclpy.type_support import check_is_valid_msg_type
+        check_is_valid_msg_type(msg_type)
+        self.msg_type = msg_type
+        self.topic = topic
+        with node.handle:
+            self.handle = _rclpy.Subscription(node.handle, msg_type, topic,
+                                              qos.get_c_qos_profile(), None)
+
+    def take_all(self):
+        """Return every message waiting, oldest first (at most the QoS depth)."""
+        out = []
+        while True:
+            taken = self.handle.take_message(self.msg_type, False)
+            if taken is None:
+                return out
+            out.append(taken[0])
+
+    def destroy(self):
+        if self.handle is not None:
+            self.handle.destroy_when_not_in_use()
+            self.handle = None
+
+
 SHARED_MEMORY_WARNING = (
     'DDS uses shared memory between processes: a stopped or frozen subscriber (any process, '
     'also a suspended `ros2 topic echo`) can block this node\'s publishing for 1-2 s. '
