@@ -355,14 +355,24 @@ def sc_stage_promotion_too_early(tmp, args):
                 break
             time.sleep(0.5)
         again = rig.call('advance_stage')
-        wait_for(lambda: rig.state('stage')['stage'] > 0.1, 5, what='stage in state')
-        record = json.loads(Path(rig.params['stage_file']).read_text())
+        wait_for(lambda: rig.state('stage')['highest'] > 0.1, 5, what='stage in state')
+
+        def record():
+            return json.loads(Path(rig.params['stage_file']).read_text())
+        wait_for(lambda: record()['highest'] > 0.1, 5, what='the promotion in the record')
+        rec = record()
+        # One request, one stage: 0.10 -> 0.25 once. A watchdog fault afterwards (the bench's
+        # policy thread late past policy_timeout_s on a loaded machine) demotes again, rightly:
+        # reported, not a failure of the promotion rule.
+        ups = [t for t in rec['transitions'] if t['to'] > t['from']]
+        downs = [t['cause'] for t in rec['transitions'] if t['to'] < t['from']]
         return {'passed': (not early.success and 'needs' in early.message and ok.success
-                           and not again.success and record['stage'] == 0.25
-                           and record['highest'] == 0.25),
+                           and not again.success and rec['highest'] == 0.25
+                           and [(t['from'], t['to']) for t in ups] == [(0.1, 0.25)]
+                           and (rec['stage'] == 0.25 or all('watchdog' in c for c in downs))),
                 'early': early.message, 'after_dwell': ok.message, 'attempts': attempts,
-                'immediately_again':
-                again.message, 'recorded_stage': record['stage']}
+                'immediately_again': again.message, 'recorded_stage': rec['stage'],
+                'demotions_after': downs}
     finally:
         rig.close()
 
@@ -413,9 +423,19 @@ def _sensor_fault(rig, bad_sample, what):
     glitch = _glitch_publisher(rig)
     lo, hi = rig.params['position_lower'], rig.params['position_upper']
     start = time.monotonic()
-    glitch(*bad_sample)
-    wait_for(lambda: (rig.probe.get('implausible_states') or 0) >= 1, 10,
-             what=f'the {what} counted')
+    # A best-effort sample from a publisher just matched can be lost before the supervisor's
+    # side has matched it (seen once in 10 runs over loopback UDP): send it again, with good
+    # samples between, until counted (one in a row is never a fault; the tries are reported).
+    tries = 0
+    while (rig.probe.get('implausible_states') or 0) < 1 and tries < 5:
+        tries += 1
+        glitch(*bad_sample)
+        try:
+            wait_for(lambda: (rig.probe.get('implausible_states') or 0) >= 1, 2,
+                     what=f'the {what} counted')
+        except AssertionError:
+            if tries == 5:
+                raise
     wait_for(lambda: len(rig.probe.since(start)) > 100, 5, what='outputs after the glitch')
     outs = rig.probe.since(start)
     beyond = sum(1 for _, m in outs for j, v in enumerate(m.position)
@@ -434,7 +454,7 @@ def _sensor_fault(rig, bad_sample, what):
     rig.signal('sim_robot', signal.SIGCONT)
     return {'passed': beyond == 0 and not single_estop and 'sensor fault' in cause
             and all(is_safe(m) for _, m in rig.probe.since(t_safe)),
-            'targets_beyond_range': beyond, 'outputs_checked': len(outs),
+            'single_sample_publishes': tries, 'targets_beyond_range': beyond, 'outputs_checked': len(outs),
             'estop_after_one': single_estop, 'implausible_counted':
             rig.probe.get('implausible_states'), 'estop_cause': cause,
             'fault_to_safe_ms': round((t_safe - fault) * 1e3, 2)}
@@ -803,7 +823,9 @@ def run_properties(cases):
     try:
         props.make_property(examples, bench=True)()
     except Exception as exc:  # noqa: BLE001 - a property failure is a measured result
-        failure = f'{type(exc).__name__}: {str(exc)[:2000]}'
+        # hypothesis puts the falsifying example in the exception's notes: keep it
+        notes = ' | '.join(getattr(exc, '__notes__', []))
+        failure = f'{type(exc).__name__}: {str(exc)[:2000]} {notes[:4000]}'.strip()
     # The whole supervisor over event sequences that include glitched, duplicated and
     # missing measurements (an implausible sample must never become the state it uses).
     seq0, states0 = props.STATS.get('sequences', 0), props.STATS.get('states', 0)
