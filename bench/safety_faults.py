@@ -188,75 +188,92 @@ def prev_t(outputs):
 def sc_far_beyond_limits(tmp, args):
     rig = make_rig(tmp)
     try:
-        rig.wait_forwarding()
         p = rig.params
-        q0 = list(rig.probe.target)
-        start = time.monotonic()
-        rig.probe.target = [q0[0] + 50.0, q0[1] - 50.0, q0[2] + 1e6]
-        time.sleep(2.0)
-        outputs = rig.probe.since(start)
-        rig.probe.target = None
+        violations, examples, forwarded, checked, attempts = 0, [], 0, 0, 0
+        # The supervisor stops forwarding when the (in-process) stand-in policy goes stale,
+        # and a command 50 rad away never passes the checks that start forwarding again: on
+        # a loaded machine the policy thread was late past policy_timeout_s in 2 of 10 runs.
+        # Then the operator's way: hold the pose, forward again, command far again.
+        while forwarded <= 100 and attempts < 4:
+            attempts += 1
+            rig.wait_forwarding()
+            q0 = list(rig.probe.target)
+            start = time.monotonic()
+            rig.probe.target = [q0[0] + 50.0, q0[1] - 50.0, q0[2] + 1e6]
+            time.sleep(2.0)
+            outputs = rig.probe.since(start)
+            rig.probe.target = None
+            v, ex, fwd = _far_violations(rig, p, outputs, args)
+            violations, forwarded, checked = violations + v, forwarded + fwd, checked + len(outputs)
+            examples += ex
         stage = rig.state('stage')['stage']
-        violations, examples = 0, []
-        lo, hi = p['position_lower'], p['position_upper']
-        rate = [r * stage for r in p['max_target_rate']]
-        cap = float(p.get('policy_timeout_s', 0.06))
-        slack = args.transport_ms * 1e-3   # arrival here vs the supervisor's own clock
-        first_t, path = None, None
-        js = [(t, list(m.position)) for t, m in rig.joint_states.all()]
-        prev, moved_at = None, None
-        for t, m in outputs:
-            if not len(m.position):
-                prev = None
-                continue
-            q = next((pos for ta, pos in reversed(js) if ta <= t), None)
-            if prev is None:   # since when it stood still is unknown: allow the full credit
-                moved_at = [t - cap] * len(m.position)
-            for j, v in enumerate(m.position):
-                text = None
-                # A target moves at most the stage's rate times the time since it last moved
-                # (capped by the source timeout), unless the torque rule pulled it towards the
-                # measured position (it wins).
-                allowed = rate[j] * min(t - moved_at[j] + slack, cap) + 1e-9
-                if not (lo[j] - 1e-9 <= v <= hi[j] + 1e-9):
-                    text = f'joint {j}: target {v:.4f} outside [{lo[j]}, {hi[j]}]'
-                towards = prev is not None and q is not None and \
-                    abs(v - q[j]) < abs(prev[j] - q[j])
-                if text is None and prev is not None and abs(v - prev[j]) > allowed \
-                        and not towards:
-                    text = (f'joint {j}: target moved {v - prev[j]:+.5f} in one output, '
-                            f'limit {allowed:.5f}, away from q')
-                if text:
-                    violations += 1
-                    examples.append(text)
-                if prev is not None and v != prev[j]:
-                    moved_at[j] = t
-                    if not towards:   # the torque rule's pulls towards q are exempt
-                        path[j] += abs(v - prev[j])
-            if first_t is None:
-                first_t, path = t, [0.0] * len(m.position)
-            prev = list(m.position)
-        # Over the whole run too: the path each target travelled away from the measured
-        # position, against rate x duration (+ the full credit once, + one transport allowance).
-        if first_t is not None:
-            for j, travelled in enumerate(path):
-                allowed = rate[j] * (prev_t(outputs) - first_t + cap + slack)
-                if travelled > allowed:
-                    violations += 1
-                    examples.append(f'joint {j}: target travelled {travelled:.4f} rad in '
-                                    f'{prev_t(outputs) - first_t:.3f} s, limit {allowed:.4f}')
         clips = rig.state('clips')
-        forwarded = sum(1 for _, m in outputs if len(m.position))
         # An e-stop meanwhile (a loaded machine delaying joint_states) only makes the output
         # safe; the limits are judged on what was forwarded.
         return {'passed': violations == 0 and bool(clips.get('rate') or clips.get('torque'))
                 and forwarded > 100,
-                'forwarded': forwarded, 'estop_cause': rig.state('estop_cause'),
+                'forwarded': forwarded, 'attempts': attempts,
+                'estop_cause': rig.state('estop_cause'),
                 'limit_violations': violations, 'violation_examples': examples[:5],
-                'outputs_checked': len(outputs),
+                'outputs_checked': checked,
                 'stage': stage, 'clips': clips, 'stage_after': rig.state('stage')['stage']}
     finally:
         rig.close()
+
+
+def _far_violations(rig, p, outputs, args):
+    """Judge one spell of far commands' outputs: (violations, examples, forwarded)."""
+    stage = rig.state('stage')['stage']
+    violations, examples = 0, []
+    lo, hi = p['position_lower'], p['position_upper']
+    rate = [r * stage for r in p['max_target_rate']]
+    cap = float(p.get('policy_timeout_s', 0.06))
+    slack = args.transport_ms * 1e-3   # arrival here vs the supervisor's own clock
+    first_t, path = None, None
+    js = [(t, list(m.position)) for t, m in rig.joint_states.all()]
+    prev, moved_at = None, None
+    for t, m in outputs:
+        if not len(m.position):
+            prev = None
+            continue
+        q = next((pos for ta, pos in reversed(js) if ta <= t), None)
+        if prev is None:   # since when it stood still is unknown: allow the full credit
+            moved_at = [t - cap] * len(m.position)
+        for j, v in enumerate(m.position):
+            text = None
+            # A target moves at most the stage's rate times the time since it last moved
+            # (capped by the source timeout), unless the torque rule pulled it towards the
+            # measured position (it wins).
+            allowed = rate[j] * min(t - moved_at[j] + slack, cap) + 1e-9
+            if not (lo[j] - 1e-9 <= v <= hi[j] + 1e-9):
+                text = f'joint {j}: target {v:.4f} outside [{lo[j]}, {hi[j]}]'
+            towards = prev is not None and q is not None and \
+                abs(v - q[j]) < abs(prev[j] - q[j])
+            if text is None and prev is not None and abs(v - prev[j]) > allowed \
+                    and not towards:
+                text = (f'joint {j}: target moved {v - prev[j]:+.5f} in one output, '
+                        f'limit {allowed:.5f}, away from q')
+            if text:
+                violations += 1
+                examples.append(text)
+            if prev is not None and v != prev[j]:
+                moved_at[j] = t
+                if not towards:   # the torque rule's pulls towards q are exempt
+                    path[j] += abs(v - prev[j])
+        if first_t is None:
+            first_t, path = t, [0.0] * len(m.position)
+        prev = list(m.position)
+    # Over the whole spell too: the path each target travelled away from the measured
+    # position, against rate x duration (+ the full credit once, + one transport allowance).
+    if first_t is not None:
+        for j, travelled in enumerate(path):
+            allowed = rate[j] * (prev_t(outputs) - first_t + cap + slack)
+            if travelled > allowed:
+                violations += 1
+                examples.append(f'joint {j}: target travelled {travelled:.4f} rad in '
+                                f'{prev_t(outputs) - first_t:.3f} s, limit {allowed:.4f}')
+    forwarded = sum(1 for _, m in outputs if len(m.position))
+    return violations, examples, forwarded
 
 
 def sc_estop_during_motion(tmp, args):
@@ -904,8 +921,9 @@ def main():
                     res = globals()['sc_' + name](tmp, args)
                 except Exception as exc:  # noqa: BLE001 - report and go on with the next one
                     res = {'passed': False, 'error': f'{type(exc).__name__}: {exc}'[:1500]}
-                    if LAST_RIG[0] is not None and 'safety_supervisor' in LAST_RIG[0].procs:
-                        res['supervisor_log'] = LAST_RIG[0].logs()['safety_supervisor']
+                if (res.get('passed') is False and LAST_RIG[0] is not None
+                        and 'safety_supervisor' in LAST_RIG[0].procs):
+                    res['supervisor_log'] = LAST_RIG[0].logs()['safety_supervisor']
                 res['seconds'] = round(time.monotonic() - t0, 1)
                 runs[name].append(res)
                 runs_passed[name] += int(bool(res.get('passed')))
