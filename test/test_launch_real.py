@@ -242,7 +242,13 @@ def test_deploy_launch_without_arguments_runs_the_default_robot(ros2_env, outsid
                  what='the policy forwarded on hardware/command')
         out = assert_ok(ros2(ros2_env, outside, 'service', 'call', '/safety/estop',
                              'std_srvs/srv/Trigger'))
-        assert 'e-stop latched' in out
+        # Latched by this call, or just before it by a watchdog: in one CI run the supervisor
+        # stalled 458 ms as this `ros2` process started (under LOCALHOST's shared memory; see
+        # docs/real_robot.md, middleware) and answered 'e-stop already latched (supervisor
+        # stalled ...)'. Either way the operator's e-stop must hold; printed when it was earlier.
+        assert 'e-stop latched' in out or 'e-stop already latched' in out, out
+        if 'already latched' in out:
+            print(f'E-STOP before the operator call: {out.strip()[-300:]}')
         wait_for(lambda: p.safety and p.safety[-1]['estop'], 10, what='safety/state latched')
         wait_for(p.last_is_safe, 10, what='the safe command after the e-stop')
         # Released again, so that the stop below starts from a forwarding supervisor: its

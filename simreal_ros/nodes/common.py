@@ -162,8 +162,12 @@ class PolledSubscription:
         self.msg_type = msg_type
         self.topic = topic
         with node.handle:
-            self.handle = _rclpy.Subscription(node.handle, msg_type, topic,
-                                              qos.get_c_qos_profile(), None)
+            try:     # rclpy >= 4 (Iron): a content-filter argument
+                self.handle = _rclpy.Subscription(node.handle, msg_type, topic,
+                                                  qos.get_c_qos_profile(), None)
+            except TypeError:   # Humble's rclpy has none
+                self.handle = _rclpy.Subscription(node.handle, msg_type, topic,
+                                                  qos.get_c_qos_profile())
 
     def take_all(self):
         """Return every message waiting, oldest first (at most the QoS depth)."""

@@ -155,15 +155,25 @@ class SafetySupervisor(Node):
                                                    COMMAND_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._polled = []
-        if p['poll_inputs']:
+        poll = p['poll_inputs']
+        if poll:
             # Taken at the start of each tick (and of each forwarded command): one executor
             # callback per period instead of one per input message and one per tick.
-            self._polled.append((PolledSubscription(self, JointState, 'joint_states',
-                                                    SENSOR_SUB_QOS), self._on_joint_states))
-            if cfg.use_imu:
-                self._polled.append((PolledSubscription(self, Imu, 'imu', SENSOR_SUB_QOS),
-                                     self._on_imu))
-        else:
+            try:
+                self._polled.append((PolledSubscription(self, JointState, 'joint_states',
+                                                        SENSOR_SUB_QOS), self._on_joint_states))
+                if cfg.use_imu:
+                    self._polled.append((PolledSubscription(self, Imu, 'imu', SENSOR_SUB_QOS),
+                                         self._on_imu))
+            except (AttributeError, ImportError, TypeError) as exc:
+                # An rclpy whose internals differ (PolledSubscription uses rclpy's own
+                # subscription object): the same checks through callbacks.
+                for sub, _ in self._polled:
+                    sub.destroy()
+                self._polled, poll = [], False
+                self.get_logger().warning(f'poll_inputs unavailable with this rclpy ({exc}): '
+                                          'a callback per joint_states/imu message instead')
+        if not poll:
             self.create_subscription(JointState, 'joint_states',
                                      self._locked(self._on_joint_states), SENSOR_SUB_QOS,
                                      callback_group=control)
