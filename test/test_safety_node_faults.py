@@ -357,9 +357,9 @@ def test_the_supervisor_reports_its_transport(ros, tmp_path):
 
 def test_a_stopped_driver_does_not_stall_the_supervisor(ros, tmp_path):
     # Over Fast DDS's shared-memory transport a publisher writing to a stopped subscriber
-    # blocks: the supervisor's hardware/command publish took 1000-1005 ms, twice in a row
-    # (instrumented 2026-11-23), its loop stalled and the e-stop named the supervisor instead
-    # of the stale joint_states (this test failed so in CI, and in 2 of 5 runs beside two busy
+    # blocks: the supervisor's hardware/command publish itself waited for the port health
+    # check (instrumented 2026-11-23), its loop stalled and the e-stop named the supervisor
+    # instead of the stale joint_states (this test failed so in CI, and beside two busy
     # loops). A robot's computers get UDP (the nodes set FASTDDS_BUILTIN_TRANSPORTS=UDPv4);
     # on one computer LOCALHOST forces shared memory, so this rig runs the nodes with
     # config/fastdds/loopback_udp.xml, checked to map no shared memory and to bind no UDP

@@ -126,9 +126,10 @@ def prefer_udp_transport(environ=None):
 
     Call before rclpy.init (the participant reads it then). Over Fast DDS's shared-memory
     transport a stopped subscriber blocks every publisher writing to it: with sim_robot
-    SIGSTOPped, safety_supervisor's `hardware/command` publish took 1000-1005 ms, twice in a
-    row (the port health check, `healthy_check_timeout_ms` 1000, tried twice), an e-stop for
-    the wrong reason and a robot without supervision meanwhile. Over UDP a reader that cannot
+    SIGSTOPped, safety_supervisor's `hardware/command` publish itself blocked for the port
+    health check (`healthy_check_timeout_ms`, 1000 by default, tried twice per send; the bench
+    saw "supervisor stalled for 1003 ms" in bench/safety_faults.py joint_states_stopped), an
+    e-stop for the wrong reason and a robot without supervision meanwhile. Over UDP a reader that cannot
     take a message loses it and nothing waits.
 
     This sets FASTDDS_BUILTIN_TRANSPORTS=UDPv4 unless the user chose a transport (that
