@@ -183,10 +183,18 @@ def main():
         if lockstep:
             # The reference's first period: hold the default pose, stamped t = 0.
             msg = JointState(name=names, position=default.tolist())
-            hold.publish(msg)
+
+            def stepped():
+                # Sent until the simulator steps: a reliable message reaches only the readers
+                # matched when it is sent, and one sent before the supervisor (or sim_robot)
+                # had matched this publisher was lost, the lockstep waiting for ever (seen in
+                # CI). Stamped 0, a repeat after the step does not advance the simulation.
+                if any(abs(t - 0.02) < 1e-6 for t in list(states)):
+                    return True
+                hold.publish(msg)
+                return False
             try:
-                wait_for(lambda: any(abs(t - 0.02) < 1e-6 for t in list(states)), 30,
-                         what='sim_robot to step to t = 0.02')
+                wait_for(stepped, 30, interval=0.1, what='sim_robot to step to t = 0.02')
             except AssertionError:
                 for p in procs:
                     print(p.output()[-1500:], file=sys.stderr)
