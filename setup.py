@@ -15,6 +15,7 @@ NODES = [
     'inertia_id',
     'latency_id',
     'sim_bridge',
+    'unitree_bridge',
 ]
 
 
@@ -39,7 +40,9 @@ setup(
     # mujoco[sysid]: sim_bridge's refinement uses MuJoCo's own sysid toolbox (and matplotlib);
     # mcap: recordings; onnx: the demo's generated stand-in policy for the embedded arm.
     install_requires=['setuptools', 'numpy', 'scipy', 'pyyaml', 'mujoco[sysid]', 'onnxruntime',
-                      'onnx', 'cma', 'mcap', 'mcap-ros2-support'],
+                      'onnx', 'cma', 'mcap', 'mcap-ros2-support',
+                      # unitree_bridge and sim_robot's Unitree interface: the robot's DDS
+                      'cyclonedds>=11,<12'],
     extras_require={
         'test': ['pytest', 'hypothesis', 'onnx'],
     },

@@ -26,6 +26,8 @@ ARGUMENTS = (
     ('robot', 'arm3', 'robot config name (config/robots/<name>.yaml) or parameter file path'),
     ('policy', '', 'ONNX policy path; empty = policy_runner policy_path in the robot file'),
     ('use_sim', 'true', 'start sim_robot (the embedded MuJoCo robot); false on hardware'),
+    ('driver', '', "'unitree': start unitree_bridge (rt/lowcmd, rt/lowstate); with use_sim, "
+                   'sim_robot plays the Unitree robot over loopback'),
     ('sysid', 'false', 'start friction_id, inertia_id, latency_id and sim_bridge'),
     ('use_sim_time', 'false', 'all nodes on /clock (sim_robot publishes it)'),
     ('namespace', '', 'namespace of every node (several robots on one DDS domain)'),
@@ -48,7 +50,8 @@ def _graph_actions(context):
             policy=LaunchConfiguration('policy').perform(context),
             use_sim=_truth(context, 'use_sim'), sysid=_truth(context, 'sysid'),
             use_sim_time=_truth(context, 'use_sim_time'),
-            namespace=LaunchConfiguration('namespace').perform(context))
+            namespace=LaunchConfiguration('namespace').perform(context),
+            driver=LaunchConfiguration('driver').perform(context).strip())
     except ConfigError as exc:
         # A config mistake is a sentence for the operator, not a traceback.
         raise RuntimeError(f'deploy.launch.py: {exc}') from None

@@ -70,6 +70,7 @@ reqs=(-r requirements/dev.txt)
 [ $use_system_ros = 1 ] || reqs+=(-r requirements/ros.txt)
 if ! { "${pip[@]}" install --upgrade pip && \
        "${pip[@]}" install -c requirements/constraints.txt "${reqs[@]}" -e . && \
+       "${pip[@]}" install --no-deps -c requirements/constraints.txt -r requirements/no-deps.txt && \
        install_launch_wheels ; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
   echo "bootstrap: pip install failed (full log: $log)" >&2

@@ -221,7 +221,8 @@ def graph_from_args(args, overrides=None):
     from simreal_ros.graph import build_graph
     return build_graph(args.robot, policy=args.policy or '', use_sim=not args.no_sim,
                        sysid=args.sysid, use_sim_time=args.use_sim_time,
-                       namespace=args.namespace, overrides=overrides)
+                       namespace=args.namespace, overrides=overrides,
+                       driver=getattr(args, 'driver', ''))
 
 
 def cmd_up(args, _ros=None):
@@ -301,6 +302,10 @@ def build_parser():
         p.add_argument('--robot', default='arm3', help='robot config name or parameter file')
         p.add_argument('--policy', default='', help='ONNX policy path (overrides the file)')
         p.add_argument('--no-sim', action='store_true', help='do not start sim_robot')
+        p.add_argument('--driver', default='', choices=('', 'unitree'),
+                       help="'unitree': start unitree_bridge between the supervisor and a "
+                            'Unitree robot (with the simulator: sim_robot plays the robot '
+                            'over loopback)')
         p.add_argument('--sysid', action='store_true', help='start SysID nodes and sim_bridge')
         p.add_argument('--use-sim-time', action='store_true', help='every node on /clock')
 

@@ -36,7 +36,20 @@ SUPERVISOR = 'safety_supervisor'
 POLICY = 'policy_runner'
 SYSID_NODES = ('friction_id', 'inertia_id', 'latency_id')
 BRIDGE = 'sim_bridge'
-ALL_NODES = (SIM_NODE, SUPERVISOR, POLICY) + SYSID_NODES + (BRIDGE,)
+UNITREE = 'unitree_bridge'
+ALL_NODES = (SIM_NODE, UNITREE, SUPERVISOR, POLICY) + SYSID_NODES + (BRIDGE,)
+# Hardware adapters a graph can put between the supervisor and the robot (`driver`).
+DRIVERS = {'': None, 'unitree': UNITREE}
+
+
+def rehearsal_wire(interface='unitree_hg', environ=None):
+    """Robot-side DDS parameters for a rehearsal at a desk (sim_robot plays the Unitree robot):
+    loopback only, on the ROS domain + 100 (mod 233), so parallel runs in private ROS domains
+    stay apart and the robot's own domain and network are never touched."""
+    env = os.environ if environ is None else environ
+    domain = (int(env.get('ROS_DOMAIN_ID', '0') or 0) + 100) % 233
+    return {'interface': interface, 'unitree.domain_id': domain,
+            'unitree.network_interface': 'lo'}
 
 # Driver topics a robot's `deploy` section may remap: package name -> deploy parameter.
 DRIVER_TOPICS = {'joint_states': 'joint_states_topic', 'hardware/command': 'command_topic',
@@ -141,11 +154,14 @@ def _deploy_remaps(path):
 
 
 def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_time=False,
-                namespace='', overrides=None, check_files=True):
+                namespace='', overrides=None, check_files=True, driver=''):
     """Describe the graph for `robot` (a name in config/robots/ or a parameter file path).
 
     policy: an ONNX path that replaces policy_runner's policy_path. use_sim: start sim_robot
-    (false on hardware). sysid: start the three SysID nodes and sim_bridge. overrides:
+    (false on hardware). driver: '' (the robot's driver speaks hardware/command itself) or
+    'unitree' (start unitree_bridge with the robot file's section; with use_sim, sim_robot
+    plays the Unitree robot and both talk over loopback: `rehearsal_wire`). sysid: start the
+    three SysID nodes and sim_bridge. overrides:
     {node: {parameter: value}} written to the overlay file (the demo shortens dwell times).
     Nodes whose module does not exist yet, or whose section is absent from the robot file, are
     listed in `skipped` with the reason. Raises ConfigError for an unknown robot.
@@ -153,7 +169,10 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
     path = robot_config_path(robot)
     shared = load_node_params(path, '/**')
     robot_name = str(shared.get('robot_name') or Path(path).stem)
-    wanted = ([SIM_NODE] if use_sim else []) + [SUPERVISOR, POLICY]
+    if driver not in DRIVERS:
+        raise ConfigError(f'driver {driver!r}: expected one of {sorted(DRIVERS)}')
+    wanted = ([SIM_NODE] if use_sim else []) + ([DRIVERS[driver]] if DRIVERS[driver] else [])
+    wanted += [SUPERVISOR, POLICY]
     if sysid:
         wanted += list(SYSID_NODES) + [BRIDGE]
     sections = set(_sections(path))
@@ -167,6 +186,12 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
                 + ', '.join(f"'/**/{k}:'" for k in plain) + ' (any namespace)')
     remaps = _deploy_remaps(path)
     overrides = {k: dict(v) for k, v in (overrides or {}).items()}
+    if driver == 'unitree' and use_sim:
+        if UNITREE not in sections:
+            raise ConfigError(f'{path} has no {UNITREE!r} section (driver unitree)')
+        wire = rehearsal_wire(load_node_params(path, UNITREE).get('interface', 'unitree_hg'))
+        for name in (SIM_NODE, UNITREE):
+            overrides[name] = dict(wire, **overrides.get(name, {}))
     nodes, skipped = [], []
     for name in wanted:
         if not node_available(name):

@@ -18,14 +18,14 @@ import pytest
 
 from conftest import REPO
 from rosproc import wait_for
-from simreal_ros.core.config import ConfigError, load_node_params
+from simreal_ros.core.config import ConfigError, load_node_params, read_yaml
 from simreal_ros.graph import (ALL_NODES, TOOL_PARAMETERS, build_graph, node_parameters,
                                write_overlay)
 
 LAUNCH = REPO / 'launch' / 'deploy.launch.py'
 ROBOTS = sorted((REPO / 'config' / 'robots').glob('*.yaml'))
 ARGUMENTS = {'robot', 'policy', 'use_sim', 'sysid', 'use_sim_time', 'namespace', 'rviz',
-             'urdf'}
+             'urdf', 'driver'}
 
 
 def setup_scripts():
@@ -105,7 +105,8 @@ def run_launch_file(values, monkeypatch):
 
 def launch_values(**over):
     values = {'robot': 'arm3', 'policy': '', 'use_sim': 'true', 'sysid': 'false',
-              'use_sim_time': 'false', 'namespace': '', 'rviz': 'false', 'urdf': ''}
+              'use_sim_time': 'false', 'namespace': '', 'rviz': 'false', 'urdf': '',
+              'driver': ''}
     values.update(over)
     return values
 
@@ -141,13 +142,18 @@ def test_every_parameter_file_loads(path):
 
 @pytest.mark.parametrize('opts', [
     {}, {'use_sim': 'false'}, {'sysid': 'true'}, {'use_sim_time': 'true'},
-    {'namespace': 'left_arm'},
-], ids=['default', 'hardware', 'sysid', 'sim_time', 'namespace'])
-def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_path):
+    {'namespace': 'left_arm'}, {'driver': 'unitree'}, {'driver': 'unitree', 'use_sim': 'false'},
+], ids=['default', 'hardware', 'sysid', 'sim_time', 'namespace', 'unitree_rehearsal',
+        'unitree_robot'])
+def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_path,
+                                                         request):
     """The Node actions of deploy.launch.py equal the processes `simreal up` starts."""
     from simreal_ros import cli
     policy = policy_file(tmp_path)
     robot = 'arm3'
+    if opts.get('driver'):
+        request.getfixturevalue('g1_dir')
+        robot, policy = 'g1_12dof', ''
     if opts.get('namespace'):
         robot = str(namespaced_copy(REPO / 'config' / 'robots' / 'arm3.yaml', tmp_path))
     _, launched, _ = run_launch_file(launch_values(policy=policy, robot=robot, **opts),
@@ -157,6 +163,7 @@ def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_
     argv += ['--no-sim'] if opts.get('use_sim') == 'false' else []
     argv += ['--sysid'] if opts.get('sysid') == 'true' else []
     argv += ['--use-sim-time'] if opts.get('use_sim_time') == 'true' else []
+    argv += ['--driver', opts['driver']] if opts.get('driver') else []
     args = parser.parse_args(argv)
     graph = cli.graph_from_args(args)
     write_overlay(graph, tmp_path / 'up')
@@ -165,6 +172,16 @@ def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_
     launched = [n for n in launched if n['package'] == 'simreal_ros']
     assert [n['name'] for n in launched] == graph.names()
     assert ('sim_robot' in up) == (opts.get('use_sim') != 'false')
+    assert ('unitree_bridge' in up) == bool(opts.get('driver'))
+    if opts.get('driver') and 'sim_robot' in up:
+        # the rehearsal: both ends of rt/lowcmd on loopback, in one private domain
+        for name in ('sim_robot', 'unitree_bridge'):
+            assert up[name][1]['unitree.network_interface'] == 'lo'
+        assert up['sim_robot'][1]['unitree.domain_id'] == \
+            up['unitree_bridge'][1]['unitree.domain_id']
+        assert up['sim_robot'][1]['interface'] == 'unitree_hg'
+    elif opts.get('driver'):
+        assert up['unitree_bridge'][1]['unitree.network_interface'] == 'eth0'
     for node in launched:
         cmd, up_params = up[node['name']]
         assert node['executable'] == node['name'] and node['package'] == 'simreal_ros'
@@ -179,7 +196,7 @@ def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_
         if opts.get('use_sim_time') == 'true':
             key = 'publish_clock' if node['name'] == 'sim_robot' else 'use_sim_time'
             assert params[key] is True
-        if node['name'] == 'policy_runner':
+        if node['name'] == 'policy_runner' and policy:
             assert params['policy_path'] == str(Path(policy).resolve())
 
 
@@ -261,8 +278,12 @@ def test_every_parameter_in_the_file_is_declared_by_its_node(path, tmp_path, req
     overrides = {'policy_runner': {'policy_path': policy_file(tmp_path)}} \
         if path.stem == 'arm3' else {}
     overrides.setdefault('safety_supervisor', {})['stage_file'] = str(tmp_path / 's.json')
-    graph = build_graph(str(path), sysid=True, overrides=overrides)
+    # The Unitree adapter too where the file has its section (rehearsal: on loopback).
+    driver = 'unitree' if 'unitree_bridge' in read_yaml(path) or \
+        '/**/unitree_bridge' in read_yaml(path) else ''
+    graph = build_graph(str(path), sysid=True, overrides=overrides, driver=driver)
     assert not [n for n, r in graph.skipped if 'not found' in r], graph.skipped
+    assert not driver or graph.node('unitree_bridge') is not None
     write_overlay(graph, tmp_path)
     procs, logs = [], {}
     rclpy.init()

@@ -28,8 +28,9 @@ def test_layout_sizes_are_the_vendors():
     assert unitree.layout('unitree_hg', 'LowCmd_').itemsize == 1004
     assert unitree.layout('unitree_hg', 'LowState_').itemsize == 2092
     assert unitree.layout('unitree_go', 'LowCmd_').itemsize == 812
-    with pytest.raises(ValueError, match='unitree_go/LowState_'):
-        unitree.layout('unitree_go', 'LowState_')
+    assert unitree.layout('unitree_go', 'LowState_').itemsize == 1180
+    with pytest.raises(ValueError, match='unitree_go/HighState_'):
+        unitree.layout('unitree_go', 'HighState_')
 
 
 def test_crc_matches_its_definition_and_the_check_value():

@@ -22,6 +22,7 @@ Parts, each usable alone:
 
 The caller calls `rclpy.init()` once (the tests' modules and the benches' main do).
 """
+import math
 import os
 from pathlib import Path
 import signal as signals
@@ -47,6 +48,13 @@ def loopback_udp_env():
             'FASTDDS_DEFAULT_PROFILES_FILE': str(share_dir() / 'config' / 'fastdds'
                                                  / 'loopback_udp.xml'),
             'FASTDDS_BUILTIN_TRANSPORTS': None}
+
+
+def unitree_wire(interface='unitree_hg'):
+    """Parameters putting sim_robot (as a Unitree robot) and unitree_bridge on one private
+    CycloneDDS domain on loopback (simreal_ros.graph.rehearsal_wire)."""
+    from simreal_ros.graph import rehearsal_wire
+    return rehearsal_wire(interface)
 
 
 def process_env(changes=None):
@@ -206,6 +214,7 @@ class SafetyProbe:
         self.node = rclpy.create_node(name)
         self.lock = threading.Lock()
         self.outputs = []   # (monotonic arrival, msg)
+        self.output_sent = []   # the supervisor's publish time of each (s, system clock)
         self.state = {}
         self.joint_states = None
         self.policy = self.node.create_publisher(JointState, 'policy/command', COMMAND_QOS)
@@ -224,9 +233,13 @@ class SafetyProbe:
         self.thread = threading.Thread(target=self._policy_loop, daemon=True)
         self.thread.start()
 
-    def _on_output(self, msg):
+    def _on_output(self, msg, info=None):
+        # With two parameters rclpy passes the message info: the writer's source timestamp
+        # is when the supervisor published, free of this process's scheduling delays.
+        sent = info['source_timestamp'] * 1e-9 if info else math.nan
         with self.lock:
             self.outputs.append((time.monotonic(), msg))
+            self.output_sent.append(sent)
 
     def _on_state(self, msg):
         with self.lock:
@@ -267,6 +280,12 @@ class SafetyProbe:
     def since(self, t):
         with self.lock:
             return [(ta, m) for ta, m in self.outputs if ta >= t]
+
+    def since_sent(self, t):
+        """(arrival, supervisor's publish time, msg) of the outputs that arrived since t."""
+        with self.lock:
+            return [(ta, sent, m) for (ta, m), sent in zip(self.outputs, self.output_sent)
+                    if ta >= t]
 
     def call(self, client, request=None):
         assert client.wait_for_service(timeout_sec=30), 'safety_supervisor services not found'
@@ -324,14 +343,16 @@ class Rig:
     `supervisor_first` starts the supervisor first and waits for it (a robot that falls
     without commands, the G1). The robot stands from the start (`hold_until_command` false).
     `env`: environment changes for the node processes (None as a value removes a variable),
-    e.g. `loopback_udp_env()`.
+    e.g. `loopback_udp_env()`. `bridge`: parameter overrides for unitree_bridge (a dict, {}
+    for none): sim_robot then plays a Unitree robot (`interface` from the dict, default
+    unitree_hg) and unitree_bridge between them is the driver, as on the real robot.
     """
 
     setup_resets = 0   # bring-up e-stops (load) reset by wait_forwarding, over all rigs
     observer_nice = None   # the nice value this (observing) process runs at, once set
 
     def __init__(self, robot=ARM3, names=None, supervisor=None, sim=None, policy_runner=None,
-                 supervisor_first=False, tmp=None, env=None):
+                 supervisor_first=False, tmp=None, env=None, bridge=None):
         import tempfile
         from sensor_msgs.msg import Imu, JointState
         from simreal_ros.core.config import load_node_params
@@ -352,11 +373,18 @@ class Rig:
         self.joint_states = Recorder(node, JointState, 'joint_states', SENSOR_SUB_QOS)
         self.policy_commands = Recorder(node, JointState, 'policy/command', COMMAND_QOS)
         self.imu = Recorder(node, Imu, 'imu', SENSOR_SUB_QOS)
+        sim = dict({'hold_until_command': False}, **(sim or {}))
+        if bridge is not None:
+            wire = unitree_wire(bridge.get('interface', 'unitree_hg'))
+            sim = dict(wire, **sim)
+            bridge = dict(wire, **bridge)
         try:
             if supervisor_first:
                 self.start('safety_supervisor', over)
                 wait_for(lambda: self.probe.get('output') == 'waiting', 60, what='supervisor up')
-            self.start('sim_robot', dict({'hold_until_command': False}, **(sim or {})))
+            self.start('sim_robot', sim)
+            if bridge is not None:
+                self.start('unitree_bridge', bridge)
             if not supervisor_first:
                 self.wait_steady()
                 self.start('safety_supervisor', over)

@@ -106,6 +106,8 @@ class JointCommand:
     position: np.ndarray = None
     velocity: np.ndarray = None
     effort: np.ndarray = None
+    kp: np.ndarray = None   # gains carried by the command (a Unitree LowCmd_); None = the
+    kd: np.ndarray = None   # plant's configured kp/kd (a ROS hardware/command)
 
 
 @dataclass
@@ -118,6 +120,8 @@ class _Active:
     updated: np.ndarray  # sim time each joint last received a command, -inf = never
     dirty: bool = True   # terms below need recomputing
     terms: tuple = None  # (kp, q_t, kd, dq_t, ff) with the missing terms zeroed
+    kp: np.ndarray = None  # gains in use per joint (the configured ones unless a command
+    kd: np.ndarray = None  # carried its own)
 
 
 @dataclass
@@ -183,7 +187,7 @@ class SimPlant:
                 self.torque_limit[i] = min(self.torque_limit[i], max(-lo, hi))
         # Until a joint's first command arrives it is damped, as a motor driver powers up.
         self._active = _Active(np.full(self.n, np.nan), np.zeros(self.n), np.zeros(self.n),
-                               np.full(self.n, -np.inf))
+                               np.full(self.n, -np.inf), kp=self.kp.copy(), kd=self.kd.copy())
         self._queue = []  # (effective_time, JointCommand), in arrival order
         self.applied = np.zeros(self.n)
         self.timeouts = 0
@@ -306,6 +310,8 @@ class SimPlant:
         else:
             active.velocity[i] = 0.0 if has_p else np.nan
         active.effort[i] = command.effort if command.effort is not None else 0.0
+        active.kp[i] = command.kp if command.kp is not None else self.kp[i]
+        active.kd[i] = command.kd if command.kd is not None else self.kd[i]
         active.updated[i] = t
         active.dirty = True
 
@@ -313,8 +319,8 @@ class SimPlant:
         if active.dirty:
             has_p = np.isfinite(active.position)
             has_v = np.isfinite(active.velocity)
-            active.terms = (np.where(has_p, self.kp, 0.0), np.nan_to_num(active.position),
-                            np.where(has_v, self.kd, 0.0), np.nan_to_num(active.velocity),
+            active.terms = (np.where(has_p, active.kp, 0.0), np.nan_to_num(active.position),
+                            np.where(has_v, active.kd, 0.0), np.nan_to_num(active.velocity),
                             np.nan_to_num(active.effort))
             active.dirty = False
         kp, q_t, kd, dq_t, ff = active.terms
@@ -342,6 +348,7 @@ class SimPlant:
             active.position[newly] = np.nan
             active.velocity[newly] = 0.0
             active.effort[newly] = 0.0
+            active.kd[newly] = self.kd[newly]
             active.dirty = True
 
     # -- stepping -------------------------------------------------------------------------

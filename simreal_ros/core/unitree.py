@@ -9,7 +9,7 @@ match. This module is that layout and that CRC, with no ROS and no DDS in it: th
 
 Each layout is a numpy structured dtype built with C alignment (`align=True`) from the vendor's
 field list (read from unitreerobotics/unitree_sdk2_python idl/; the sizes are the vendor's: hg
-LowCmd 1004 B, hg LowState 2092 B, go LowCmd 812 B). A message made by `new()` starts as zeros,
+LowCmd 1004 B, hg LowState 2092 B, go LowCmd 812 B, go LowState 1180 B). A message made by `new()` starts as zeros,
 and its padding can never be written through a field, so it stays zero: the field failure where
 stale padding in a reused buffer made a robot drop commands now and then (rl_sar #147) cannot
 happen here.
@@ -58,9 +58,31 @@ GO_LOW_CMD = _dtype([('head', 'u1', (2,)), ('level_flag', 'u1'), ('frame_reserve
                      ('wireless_remote', 'u1', (40,)), ('led', 'u1', (12,)),
                      ('fan', 'u1', (2,)), ('gpio', 'u1'), ('reserve', '<u4'), ('crc', '<u4')])
 
+GO_IMU_STATE = _dtype([('quaternion', '<f4', (4,)), ('gyroscope', '<f4', (3,)),
+                       ('accelerometer', '<f4', (3,)), ('rpy', '<f4', (3,)),
+                       ('temperature', 'u1')])
+GO_MOTOR_STATE = _dtype([('mode', 'u1'), ('q', '<f4'), ('dq', '<f4'), ('ddq', '<f4'),
+                         ('tau_est', '<f4'), ('q_raw', '<f4'), ('dq_raw', '<f4'),
+                         ('ddq_raw', '<f4'), ('temperature', 'u1'), ('lost', '<u4'),
+                         ('reserve', '<u4', (2,))])
+GO_BMS_STATE = _dtype([('version_high', 'u1'), ('version_low', 'u1'), ('status', 'u1'),
+                       ('soc', 'u1'), ('current', '<i4'), ('cycle', '<u2'),
+                       ('bq_ntc', 'u1', (2,)), ('mcu_ntc', 'u1', (2,)),
+                       ('cell_vol', '<u2', (15,))])
+GO_LOW_STATE = _dtype([('head', 'u1', (2,)), ('level_flag', 'u1'), ('frame_reserve', 'u1'),
+                       ('sn', '<u4', (2,)), ('version', '<u4', (2,)), ('bandwidth', '<u2'),
+                       ('imu_state', GO_IMU_STATE),
+                       ('motor_state', GO_MOTOR_STATE, (GO_MOTORS,)),
+                       ('bms_state', GO_BMS_STATE), ('foot_force', '<i2', (4,)),
+                       ('foot_force_est', '<i2', (4,)), ('tick', '<u4'),
+                       ('wireless_remote', 'u1', (40,)), ('bit_flag', 'u1'),
+                       ('adc_reel', '<f4'), ('temperature_ntc1', 'u1'),
+                       ('temperature_ntc2', 'u1'), ('power_v', '<f4'), ('power_a', '<f4'),
+                       ('fan_frequency', '<u2', (4,)), ('reserve', '<u4'), ('crc', '<u4')])
+
 # (interface, message) -> layout; the DDS type name of each is TYPE_NAMES[...].
 LAYOUTS = {('unitree_hg', 'LowCmd_'): HG_LOW_CMD, ('unitree_hg', 'LowState_'): HG_LOW_STATE,
-           ('unitree_go', 'LowCmd_'): GO_LOW_CMD}
+           ('unitree_go', 'LowCmd_'): GO_LOW_CMD, ('unitree_go', 'LowState_'): GO_LOW_STATE}
 TYPE_NAMES = {key: f'{key[0]}.msg.dds_.{key[1]}' for key in LAYOUTS}
 INTERFACES = ('unitree_hg', 'unitree_go')
 
@@ -129,3 +151,36 @@ def stamp_crc(msg):
 def crc_ok(msg):
     """True when `msg` carries the CRC of its content (the robot's check on a command)."""
     return int(msg['crc']) == crc_of(msg)
+
+
+# -- the wireless remote (LowState_.wireless_remote, 40 bytes) -------------------------------
+# Bytes 2-3 hold the buttons as a little-endian u16, one bit each, in this order (the vendor's
+# key map, read in unitree_rl_gym deploy_real/common/remote_controller.py); the sticks follow
+# as float32 (lx at 4, rx at 8, ry at 12, ly at 20), unused here.
+REMOTE_BUTTONS = ('R1', 'L1', 'start', 'select', 'R2', 'L2', 'F1', 'F2',
+                  'A', 'B', 'X', 'Y', 'up', 'right', 'down', 'left')
+
+
+def check_buttons(names, what='remote buttons'):
+    """Validate button names (ValueError naming the unknown ones); returns them as a tuple."""
+    unknown = [n for n in names if n not in REMOTE_BUTTONS]
+    if unknown:
+        raise ValueError(f'{what}: unknown button(s) {unknown}; known: {list(REMOTE_BUTTONS)}')
+    return tuple(names)
+
+
+def buttons_pressed(wireless_remote):
+    """The set of button names pressed in a 40-byte wireless_remote field."""
+    raw = np.asarray(wireless_remote, dtype=np.uint8)
+    keys = int(raw[2]) | (int(raw[3]) << 8)
+    return {name for bit, name in enumerate(REMOTE_BUTTONS) if keys >> bit & 1}
+
+
+def remote_bytes(pressed=()):
+    """A 40-byte wireless_remote field with `pressed` buttons down (the simulated remote)."""
+    out = np.zeros(40, dtype=np.uint8)
+    keys = 0
+    for name in check_buttons(list(pressed)):
+        keys |= 1 << REMOTE_BUTTONS.index(name)
+    out[2], out[3] = keys & 0xFF, keys >> 8
+    return out

@@ -19,12 +19,23 @@ the torque actually applied), `imu` (floating-base models), `/clock` (when `publ
 Like a hardware driver must, it treats a silent supervisor as an e-stop: a joint without a new
 command for `command_timeout_s` is damped, and once `safety/heartbeat` has been heard, its loss
 for `command_timeout_s` damps every joint and refuses commands until it comes back.
+
+With `interface: unitree_hg` or `unitree_go` it speaks a Unitree robot's low-level interface
+instead of the ROS topics (issue 14): `LowCmd_` on `rt/lowcmd` in, `LowState_` on `rt/lowstate`
+out, over CycloneDDS on `unitree.network_interface` (default `lo`: a simulator must never
+publish the robot's topics on the robot's network) and `unitree.domain_id`. As the robot does,
+it drops a command whose CRC does not match or whose `mode_machine` is not its own (counted),
+applies each motor's own q, dq, tau, kp, kd (motor mode 0 = no torque), and obeys the last
+command for ever: the damping when a host goes silent is the host's job (`unitree_bridge`).
+`sim/remote_buttons` (std_msgs/String, names such as "L2,R2"; "" releases) presses the
+simulated wireless remote's buttons, to rehearse a remote e-stop.
 """
 import json
 import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
@@ -34,8 +45,9 @@ from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import String
 
+from simreal_ros.core import unitree
 from simreal_ros.core.config import ConfigError, resolve_path
-from simreal_ros.core.plant import PlantTruth, SimPlant
+from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
                                       declare, declare_priority, run)
 
@@ -69,9 +81,17 @@ class SimRobot(Node):
         if self.steps_per_tick < 1 or abs(self.steps_per_tick * self.physics_dt - self.period) > 1e-9:
             raise ConfigError(f'publish_rate_hz {p["publish_rate_hz"]} needs a period that is a '
                               f'whole multiple of physics_dt {self.physics_dt}')
+        self.interface = p['interface']
+        if self.interface not in ('ros',) + unitree.INTERFACES:
+            raise ConfigError(f"sim_robot parameter interface: {self.interface!r} is not one of "
+                              f"{('ros',) + unitree.INTERFACES}")
+        if self.interface != 'ros' and p['lockstep']:
+            raise ConfigError('sim_robot: lockstep needs interface ros')
+        # A Unitree robot obeys its last command however old (docs/real_robot.md): no timeout.
+        timeout = p['command_timeout_s'] if self.interface == 'ros' else 1e9
         self.plant = SimPlant(model_path, p['joint_names'], self.physics_dt, p['kp'], p['kd'],
                               truth=truth, command_mode=p['command_mode'],
-                              command_timeout=p['command_timeout_s'], seed=p['seed'],
+                              command_timeout=timeout, seed=p['seed'],
                               initial_position=p['initial_position'] or None)
         self.rtf = p['real_time_factor']
         self.executor_kind = p['executor']
@@ -100,18 +120,22 @@ class SimRobot(Node):
         self._sim_last = self.plant.time
 
         group = MutuallyExclusiveCallbackGroup()
-        self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
-        self.pub_imu = (self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
-                        if self.plant.floating_base else None)
         self.pub_clock = (self.create_publisher(ClockMsg, '/clock', SENSOR_PUB_QOS)
                           if self.publish_clock else None)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_subscription(JointState, 'hardware/command', self._on_command, COMMAND_QOS,
-                                 callback_group=group)
-        # A silent supervisor is an e-stop (docs/real_robot.md): once its heartbeat has been
-        # heard, losing it for command_timeout_s damps every joint until it comes back.
-        self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
-                                 COMMAND_QOS, callback_group=group)
+        self.pub_joint = self.pub_imu = None
+        if self.interface == 'ros':
+            self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+            self.pub_imu = (self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
+                            if self.plant.floating_base else None)
+            self.create_subscription(JointState, 'hardware/command', self._on_command,
+                                     COMMAND_QOS, callback_group=group)
+            # A silent supervisor is an e-stop (docs/real_robot.md): once its heartbeat has
+            # been heard, losing it for command_timeout_s damps every joint until it is back.
+            self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
+                                     COMMAND_QOS, callback_group=group)
+        else:
+            self._unitree_init(p, group)
         self.pub_driver = self.create_publisher(String, 'driver/state', LATCHED_QOS)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._running = True
@@ -183,6 +207,28 @@ class SimRobot(Node):
                                          "node's publishing at the joint_states rate, not needed "
                                          'at it (Hz)', low=0.1, high=5000.0, read_only=True)
         p.update(self._lockstep_declare())
+        p['interface'] = declare(self, 'interface', 'ros', "'ros': hardware/command in, "
+                                 "joint_states/imu out; 'unitree_hg' (G1, H1_2) or 'unitree_go' "
+                                 '(Go2, H1): rt/lowcmd in, rt/lowstate out over CycloneDDS, as '
+                                 'the robot', read_only=True)
+        p['motor_indices'] = self._declare_array('motor_indices', Parameter.Type.INTEGER_ARRAY,
+                                                 'Unitree interface: motor index of each of '
+                                                 'joint_names in LowCmd_/LowState_ (empty = '
+                                                 '0, 1, ...)')
+        p['unitree.domain_id'] = declare(self, 'unitree.domain_id', 0, 'Unitree interface: DDS '
+                                         'domain of rt/lowcmd and rt/lowstate', low=0, high=232,
+                                         read_only=True)
+        p['unitree.network_interface'] = declare(self, 'unitree.network_interface', 'lo',
+                                                 'Unitree interface: network interface '
+                                                 "(default lo: a simulator must not publish "
+                                                 "the robot's topics on its network)",
+                                                 read_only=True)
+        p['unitree.mode_machine'] = declare(self, 'unitree.mode_machine', 7, 'Unitree '
+                                            'interface: the mode_machine this robot reports; '
+                                            'commands carrying another are dropped (7 is '
+                                            'arbitrary: a host that does not copy it from '
+                                            'LowState_ is caught)', low=0, high=255,
+                                            read_only=True)
         if not p['joint_names']:
             raise ConfigError('parameter joint_names is empty: list the actuated joints to expose')
         return p
@@ -259,6 +305,8 @@ class SimRobot(Node):
         messages arrive in a burst, each stamped with its own time), so simulated time keeps
         pace with the wall clock.
         """
+        if self.interface != 'ros':
+            self._unitree_take_commands()
         if self.hold_until_command and not self._commanded:
             # As a robot hanging in its gantry: time stands still until the controller is up.
             with self._lock:
@@ -327,6 +375,9 @@ class SimRobot(Node):
 
     def _publish(self, reading, wall=None):
         """Publish a reading; `wall` is the perf_counter time its period ended (stamp)."""
+        if self.interface != 'ros':
+            self._unitree_publish(reading)
+            return
         if self.publish_clock:
             stamp = rclpy.time.Time(seconds=reading.time).to_msg()
             self.pub_clock.publish(ClockMsg(clock=stamp))
@@ -476,6 +527,95 @@ class SimRobot(Node):
         o = pose.pose.orientation
         o.w, o.x, o.y, o.z = w, qx, qy, qz
         self._pub_base_pose.publish(pose)
+
+    # -- Unitree low-level interface (issue 14) -------------------------------------------
+    def _unitree_init(self, p, group):
+        from simreal_ros import unitree_dds
+        n = self.plant.n
+        idx = list(p['motor_indices']) or list(range(n))
+        motors = unitree.HG_MOTORS if self.interface == 'unitree_hg' else unitree.GO_MOTORS
+        if len(idx) != n or len(set(idx)) != n or not all(0 <= i < motors for i in idx):
+            raise ConfigError(f'sim_robot parameter motor_indices: {idx} must give {n} distinct '
+                              f'motor indices in 0..{motors - 1}, one per joint_names entry')
+        self.motor_index = np.asarray(idx, dtype=np.intp)
+        self.mode_machine = int(p['unitree.mode_machine'])
+        self.counters.update(lowcmd_received=0, bad_crc_rejected=0, wrong_mode_machine=0,
+                             lowcmd_nonfinite=0, lowstate_sent=0)
+        self.wire = unitree_dds.Wire(p['unitree.domain_id'], p['unitree.network_interface'])
+        self.lowcmd_reader = self.wire.reader(self.interface, 'LowCmd_', unitree_dds.TOPIC_CMD,
+                                              depth=16)
+        self.lowstate_writer = self.wire.writer(self.interface, 'LowState_',
+                                                unitree_dds.TOPIC_STATE)
+        self._lowstate = unitree.new(self.interface, 'LowState_')
+        self._lowstate['mode_machine'] = self.mode_machine
+        self._lowstate['motor_state']['mode'][self.motor_index] = 1
+        self._remote = unitree.remote_bytes()
+        self.create_subscription(String, 'sim/remote_buttons', self._on_remote, 10,
+                                 callback_group=group)
+
+    def _on_remote(self, msg):
+        names = [b.strip() for b in msg.data.split(',') if b.strip()]
+        try:
+            self._remote = unitree.remote_bytes(names)
+        except ValueError as exc:
+            self.get_logger().warn(f'sim/remote_buttons: {exc}')
+
+    def _unitree_take_commands(self):
+        """Apply the LowCmd_ samples received since the last tick, as the robot would."""
+        for rec in self.lowcmd_reader.take():
+            self.counters['lowcmd_received'] += 1
+            if not unitree.crc_ok(rec):
+                self.counters['bad_crc_rejected'] += 1
+                continue
+            if int(rec['mode_machine']) != self.mode_machine:
+                self.counters['wrong_mode_machine'] += 1
+                continue
+            mc = rec['motor_cmd'][self.motor_index]
+            q, dq, tau = (mc[k].astype(float) for k in ('q', 'dq', 'tau'))
+            kp, kd = mc['kp'].astype(float), mc['kd'].astype(float)
+            if self.interface == 'unitree_go':   # the vendor's "no position/velocity" markers
+                kp[q >= unitree.GO_POS_STOP * 0.999] = 0.0
+                stop = dq >= unitree.GO_VEL_STOP * 0.999
+                kd[stop], dq[stop] = 0.0, 0.0
+                q[q >= unitree.GO_POS_STOP * 0.999] = 0.0
+            off = mc['mode'] == 0
+            kp[off] = kd[off] = tau[off] = 0.0
+            if not all(np.all(np.isfinite(a)) for a in (q, dq, tau, kp, kd)):
+                self.counters['lowcmd_nonfinite'] += 1
+                continue
+            cmd = JointCommand(np.arange(self.plant.n), position=q, velocity=dq, effort=tau,
+                               kp=kp, kd=kd)
+            with self._lock:
+                self.plant.submit(cmd, self._arrival_time())
+                self._commanded |= bool(np.any(kp > 0))
+
+    def _unitree_publish(self, reading):
+        st = self._lowstate
+        st['tick'] = int(round(reading.time * 1000)) & 0xFFFFFFFF
+        ms = st['motor_state']
+        ms['q'][self.motor_index] = reading.position
+        ms['dq'][self.motor_index] = reading.velocity
+        ms['tau_est'][self.motor_index] = reading.effort
+        if reading.orientation is not None:
+            imu = st['imu_state']
+            imu['quaternion'] = reading.orientation            # w, x, y, z, as the robot
+            imu['gyroscope'] = reading.angular_velocity
+            imu['accelerometer'] = reading.linear_acceleration
+            w, x, y, z = reading.orientation
+            imu['rpy'] = (np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y)),
+                          np.arcsin(np.clip(2 * (w * y - z * x), -1.0, 1.0)),
+                          np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+            self._pose_count += 1
+            if self._pose_count >= self._pose_every:
+                self._pose_count = 0
+                self._publish_base_pose(reading, self.get_clock().now().to_msg())
+        st['wireless_remote'] = self._remote
+        unitree.stamp_crc(st)
+        self.lowstate_writer.write(st)
+        self.counters['lowstate_sent'] += 1
+        if self.publish_clock:
+            stamp = rclpy.time.Time(seconds=reading.time).to_msg()
+            self.pub_clock.publish(ClockMsg(clock=stamp))
 
     def destroy_node(self):
         self._running = False

@@ -1,0 +1,304 @@
+"""unitree_bridge: the safety supervisor's output to a Unitree robot's low-level DDS interface.
+
+    ros2 run simreal_ros unitree_bridge --ros-args --params-file config/robots/g1_12dof.yaml \
+        -p unitree.network_interface:=eth0
+
+Subscribes `hardware/command` (sensor_msgs/JointState, the supervisor's output) and
+`safety/heartbeat`; publishes `LowCmd_` on `rt/lowcmd` at `rate_hz` (500 Hz) and turns each
+`LowState_` from `rt/lowstate` into `joint_states` and `imu`, stamped on arrival. The robot side
+is CycloneDDS with the vendor's IDL types (simreal_ros/unitree_dds.py) on `unitree.domain_id`
+and `unitree.network_interface`; ROS is whatever rclpy uses (docs/real_robot.md: one process,
+two middlewares, and what to do with rmw_cyclonedds_cpp).
+
+What it sends and when it damps instead: simreal_ros/core/unitree_bridge.py. Nothing is sent
+before the first `LowState_`; `mode_machine` is copied from the latest one; a silent supervisor,
+a stale `LowState_` or the remote's e-stop buttons give damping, never the last target. The
+remote's e-stop also calls `safety/estop`; its reset buttons call `safety/reset`, and the local
+latch clears only when the supervisor accepts. On shutdown it sends damping several times.
+
+Publishes `driver/state` (latched JSON on every change: `damped`, `cause`) and `/diagnostics`
+(1 Hz: counters, LowCmd_ rate, the damping cause).
+"""
+import json
+import re
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from simreal_ros.core import unitree
+from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
+                                      declare, declare_priority, run)
+
+SHUTDOWN_DAMPING_SENDS = 10
+
+
+class UnitreeBridge(Node):
+    """hardware/command -> rt/lowcmd; rt/lowstate -> joint_states, imu."""
+
+    NODE_NAME = 'unitree_bridge'
+
+    def __init__(self):
+        super().__init__(self.NODE_NAME)
+        self.priority = declare_priority(self, -10)
+        p = self._declare_parameters()
+        cfg = BridgeConfig(
+            interface=p['interface'], joint_names=p['joint_names'],
+            motor_index=p['motor_indices'], kp=p['kp'], kd=p['kd'],
+            damping_kd=p['damping_kd'], held_index=p['held_motor_indices'],
+            held_position=p['held_positions'], held_kp=p['held_kp'], held_kd=p['held_kd'],
+            command_timeout=p['command_timeout_s'], state_timeout=p['state_timeout_s'],
+            require_heartbeat=p['require_heartbeat'], mode_pr=p['mode_pr'],
+            motor_mode=p['motor_mode'], estop_buttons=p['remote.estop_buttons'],
+            reset_buttons=p['remote.reset_buttons'])
+        self.core = BridgeCore(cfg)
+        self.executor_kind = p['executor']
+        self.rate_hz = p['rate_hz']
+        from simreal_ros import unitree_dds
+        self.wire = unitree_dds.Wire(p['unitree.domain_id'], p['unitree.network_interface'])
+        self.lowcmd = self.wire.writer(cfg.interface, 'LowCmd_', unitree_dds.TOPIC_CMD)
+        self.lowstate = self.wire.reader(cfg.interface, 'LowState_', unitree_dds.TOPIC_STATE,
+                                         depth=8)
+        self.counters = dict(write_errors=0, remote_service_calls=0,
+                             remote_service_unavailable=0)
+        self.last_reject = ''
+        self.last_error = ''
+        self._driver_state = None
+        self._joint_msg = JointState(name=list(cfg.joint_names))
+        self._imu_msg = Imu()
+        self._imu_msg.header.frame_id = p['imu_frame_id']
+        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
+
+        group = MutuallyExclusiveCallbackGroup()
+        self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+        self.pub_imu = self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
+        self.pub_driver = self.create_publisher(String, 'driver/state', LATCHED_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'hardware/command', self._on_command, COMMAND_QOS,
+                                 callback_group=group)
+        from diagnostic_msgs.msg import DiagnosticStatus as Heartbeat
+        self.create_subscription(Heartbeat, 'safety/heartbeat', self._on_heartbeat,
+                                 COMMAND_QOS, callback_group=group)
+        self.cli_estop = self.create_client(Trigger, 'safety/estop')
+        self.cli_reset = self.create_client(Trigger, 'safety/reset')
+        self.create_timer(1.0 / self.rate_hz, self._tick, callback_group=group,
+                          clock=self._steady)
+        self.create_timer(1.0, self._publish_diagnostics, clock=self._steady)
+        self._diag_last = (time.monotonic(), 0)
+        self.get_logger().info(
+            f'{cfg.interface}: {self.core.n} joints on motors {list(cfg.motor_index)}, '
+            f'{len(cfg.held_index)} held, LowCmd_ at {self.rate_hz:g} Hz, DDS domain '
+            f'{p["unitree.domain_id"]} interface {p["unitree.network_interface"] or "(any)"}; '
+            'nothing is sent before the first LowState_')
+
+    def _declare_array(self, name, ptype, description):
+        from rcl_interfaces.msg import ParameterDescriptor
+        value = self.declare_parameter(
+            name, ptype, ParameterDescriptor(description=description, read_only=True)).value
+        return list(value) if value is not None else []
+
+    def _declare_parameters(self):
+        p = {}
+        S, D, I_ = (Parameter.Type.STRING_ARRAY, Parameter.Type.DOUBLE_ARRAY,
+                    Parameter.Type.INTEGER_ARRAY)
+        p['interface'] = declare(self, 'interface', 'unitree_hg', "'unitree_hg' (G1, H1_2) or "
+                                 "'unitree_go' (Go2, H1): the robot's IDL types",
+                                 read_only=True)
+        p['joint_names'] = self._declare_array('joint_names', S, 'joints the supervisor '
+                                               'commands (hardware/command names)')
+        p['motor_indices'] = self._declare_array('motor_indices', I_, 'motor index of each '
+                                                 'of joint_names (empty = 0, 1, ...)')
+        p['kp'] = self._declare_array('kp', D, 'position gain per joint sent with a position '
+                                      'target (N*m/rad): the robot file\'s, as sim_robot')
+        p['kd'] = self._declare_array('kd', D, 'velocity gain per joint (N*m*s/rad)')
+        p['damping_kd'] = self._declare_array('damping_kd', D, 'kd of the damping this bridge '
+                                              'sends on its own (empty = kd)')
+        p['held_motor_indices'] = self._declare_array('held_motor_indices', I_, 'motors the '
+                                                      'policy does not drive, held at '
+                                                      'held_positions (e.g. a G1\'s waist and '
+                                                      'arms under a 12-dof leg policy)')
+        p['held_positions'] = self._declare_array('held_positions', D, 'held motors\' '
+                                                  'targets (rad)')
+        p['held_kp'] = self._declare_array('held_kp', D, 'held motors\' kp')
+        p['held_kd'] = self._declare_array('held_kd', D, 'held motors\' kd (also their '
+                                           'damping)')
+        p['rate_hz'] = declare(self, 'rate_hz', 500.0, 'LowCmd_ rate (Hz)', low=10.0,
+                               high=2000.0, read_only=True)
+        p['command_timeout_s'] = declare(self, 'command_timeout_s', 0.1, 'damp a joint whose '
+                                         'hardware/command is older, and everything when '
+                                         'safety/heartbeat is silent this long (s)',
+                                         low=0.002, high=5.0, read_only=True)
+        p['state_timeout_s'] = declare(self, 'state_timeout_s', 0.05, 'damp everything when '
+                                       'the newest LowState_ is older (s)', low=0.002,
+                                       high=5.0, read_only=True)
+        p['require_heartbeat'] = declare(self, 'require_heartbeat', True, 'obey '
+                                         'hardware/command only once safety/heartbeat has '
+                                         'been heard', read_only=True)
+        p['mode_pr'] = declare(self, 'mode_pr', 0, 'unitree_hg ankle mode: 0 PR, 1 AB', low=0,
+                               high=1, read_only=True)
+        p['motor_mode'] = declare(self, 'motor_mode', 1, 'motor mode byte of driven and held '
+                                  'motors (hg: 1 = enable; H1 strong motors: 10)', low=0,
+                                  high=255, read_only=True)
+        p['remote.estop_buttons'] = declare(self, 'remote.estop_buttons', ['L2', 'R2'],
+                                            'wireless remote buttons that together e-stop '
+                                            '(empty = none); names: '
+                                            + ', '.join(unitree.REMOTE_BUTTONS),
+                                            read_only=True)
+        p['remote.reset_buttons'] = declare(self, 'remote.reset_buttons', ['L2', 'A'],
+                                            'remote buttons that together ask safety/reset '
+                                            '(empty = none)', read_only=True)
+        p['unitree.domain_id'] = declare(self, 'unitree.domain_id', 0, "the robot's DDS domain",
+                                         low=0, high=232, read_only=True)
+        p['unitree.network_interface'] = declare(self, 'unitree.network_interface', '',
+                                                 "network interface to the robot (e.g. eth0; "
+                                                 "'' = CycloneDDS chooses; lo = loopback only)",
+                                                 read_only=True)
+        p['imu_frame_id'] = declare(self, 'imu_frame_id', 'imu_link', 'imu header frame_id',
+                                    read_only=True)
+        p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        return p
+
+    # -- inputs ---------------------------------------------------------------------------
+    def _on_command(self, msg):
+        try:
+            self.core.command(msg.name, msg.position, msg.velocity, msg.effort,
+                              time.monotonic())
+        except ValueError as exc:
+            self.core.counters['commands_rejected'] += 1
+            self.last_reject = str(exc)
+            self.get_logger().warn(f'hardware/command rejected: {exc}',
+                                   throttle_duration_sec=2.0)
+
+    def _on_heartbeat(self, msg):
+        self.core.beat(time.monotonic())
+
+    # -- the loop -------------------------------------------------------------------------
+    def _tick(self):
+        now = time.monotonic()
+        newest = None
+        for rec in self.lowstate.take():
+            event = self.core.take_state(rec, now)
+            newest = rec if self.core.state is rec else newest
+            if event is not None:
+                self._remote(event)
+        if newest is not None:
+            self._publish_state()
+        out, cause = self.core.compose(now)
+        if out is not None:
+            try:
+                self.lowcmd.write(out)
+            except Exception as exc:  # noqa: BLE001 - counted, reported; the next tick retries
+                self.counters['write_errors'] += 1
+                self.last_error = str(exc)
+        self._report(cause)
+
+    def _publish_state(self):
+        stamp = self.get_clock().now().to_msg()
+        q, dq, tau = self.core.joint_state()
+        msg = self._joint_msg
+        msg.header.stamp = stamp
+        msg.position, msg.velocity, msg.effort = q.tolist(), dq.tolist(), tau.tolist()
+        self.pub_joint.publish(msg)
+        quat, gyro, acc = self.core.imu()
+        imu = self._imu_msg
+        imu.header.stamp = stamp
+        o = imu.orientation
+        o.w, o.x, o.y, o.z = (float(v) for v in quat)
+        a = imu.angular_velocity
+        a.x, a.y, a.z = (float(v) for v in gyro)
+        la = imu.linear_acceleration
+        la.x, la.y, la.z = (float(v) for v in acc)
+        self.pub_imu.publish(imu)
+
+    def _remote(self, event):
+        """The remote's e-stop (already damping here) or reset: ask the supervisor too."""
+        client = self.cli_estop if event == 'estop' else self.cli_reset
+        self.get_logger().warn(f'wireless remote: {event} buttons pressed'
+                               + (' - damping, safety/estop called' if event == 'estop'
+                                  else ' - safety/reset called'))
+        if not client.service_is_ready():
+            self.counters['remote_service_unavailable'] += 1
+            self.get_logger().error(f'{client.srv_name} not available: '
+                                    + ('this bridge damps on its own until the remote resets'
+                                       if event == 'estop' else 'not reset'))
+            return
+        self.counters['remote_service_calls'] += 1
+        future = client.call_async(Trigger.Request())
+        if event == 'reset':
+            future.add_done_callback(self._reset_done)
+
+    def _reset_done(self, future):
+        try:
+            result = future.result()
+        except Exception as exc:  # noqa: BLE001 - reported; the latch stays
+            self.get_logger().error(f'safety/reset failed: {exc}')
+            return
+        if result.success:
+            self.core.clear_remote()
+            self.get_logger().info(f'remote reset accepted: {result.message}')
+        else:
+            self.get_logger().warn(f'remote reset refused: {result.message}')
+
+    def _report(self, cause):
+        damped = cause != 'commanded'
+        key = (damped, re.sub(r'[0-9.]+', '#', cause))   # not every change of a figure
+        if self._driver_state is not None and self._driver_state[0] == key:
+            return
+        self._driver_state = (key, cause)
+        self.pub_driver.publish(String(data=json.dumps({'damped': damped, 'cause': cause})))
+
+    def _publish_diagnostics(self):
+        now = time.monotonic()
+        t0, sent0 = self._diag_last
+        c = self.core.counters
+        sent = c['lowcmd_sent'] + c['damping_sent']
+        self._diag_last = (now, sent)
+        rate = (sent - sent0) / max(now - t0, 1e-9)
+        cause = self._driver_state[1] if self._driver_state else 'starting'
+        status = DiagnosticStatus(name='unitree_bridge: ' + self.core.cfg.interface,
+                                  hardware_id=f'dds domain {self.wire.domain_id}')
+        if cause != 'commanded':
+            status.level = DiagnosticStatus.WARN
+            status.message = f'damping: {cause}'
+        else:
+            status.level = DiagnosticStatus.OK
+            status.message = f'commanding, LowCmd_ {rate:.0f} Hz'
+        if self.counters['write_errors']:
+            status.level = DiagnosticStatus.ERROR
+            status.message += f'; {self.counters["write_errors"]} LowCmd_ writes failed'
+        values = dict(c, **self.counters, lowcmd_rate_hz=f'{rate:.1f}',
+                      lowstate_malformed=self.lowstate.malformed, cause=cause,
+                      last_reject=self.last_reject, last_error=self.last_error,
+                      executor=self.executor_kind)
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        out = DiagnosticArray(status=[status])
+        out.header.stamp = self.get_clock().now().to_msg()
+        self.pub_diag.publish(out)
+
+    def before_shutdown(self):
+        """Leave the robot damped, not on its last target (it obeys the last thing heard)."""
+        out = self.core.damping()
+        if out is None:
+            return
+        for _ in range(SHUTDOWN_DAMPING_SENDS):
+            self.lowcmd.write(out)
+            time.sleep(1.0 / self.rate_hz)
+
+
+def main(args=None):
+    """Run the unitree_bridge node."""
+    try:
+        raise SystemExit(run(UnitreeBridge, args))
+    except ImportError as exc:
+        raise SystemExit(f'[unitree_bridge] {exc}') from None
+
+
+if __name__ == '__main__':
+    main()

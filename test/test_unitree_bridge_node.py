@@ -1,0 +1,198 @@
+"""unitree_bridge as a process between the supervisor and a robot speaking Unitree's low-level
+DDS (sim_robot with `interface: unitree_hg`): real processes, rclpy on Fast DDS for ROS, and
+CycloneDDS with the vendor's types on a private domain on loopback for the robot side.
+
+This process taps `rt/lowcmd` (what the robot is told) and can write to it (a corrupted
+command), as a second CycloneDDS participant on the robot's domain.
+"""
+import json
+import signal
+import time
+
+import pytest
+import rclpy
+
+from simreal_ros.client.rig import ARM3, REPO, NodeProcess, Rig, unitree_wire, wait_for
+from simreal_ros.core import unitree
+
+dds = pytest.importorskip('simreal_ros.unitree_dds', reason='cyclonedds not installed')
+pytestmark = pytest.mark.ros
+G1 = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
+ARM_MOTORS = [0, 1, 2]
+
+
+@pytest.fixture(scope='module')
+def ros():
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()
+
+
+@pytest.fixture(scope='module')
+def wire(ros):
+    return dds.Wire(unitree_wire()['unitree.domain_id'], 'lo')
+
+
+class Tap:
+    """Every LowCmd_ on rt/lowcmd with its arrival time (polled by a thread)."""
+
+    def __init__(self, wire):
+        import threading
+        self.reader = wire.reader('unitree_hg', 'LowCmd_', dds.TOPIC_CMD, depth=64)
+        self.items, self.lock = [], threading.Lock()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            got = self.reader.take()
+            now = time.monotonic()
+            with self.lock:
+                self.items += [(now, rec) for rec in got]
+            self._stop.wait(0.002)
+
+    def since(self, t):
+        with self.lock:
+            return [(ta, rec) for ta, rec in self.items if ta >= t]
+
+    def close(self):
+        self._stop.set()
+        self.thread.join(timeout=2)
+
+
+def damping(rec, motors):
+    return not rec['motor_cmd']['kp'][motors].any() and rec['motor_cmd']['kd'][motors].all()
+
+
+def driver_states(rig):
+    from std_msgs.msg import String
+    from simreal_ros.nodes.common import LATCHED_QOS
+    return rig.watch(String, 'driver/state', LATCHED_QOS)
+
+
+def test_the_arm_moves_through_the_bridge_and_a_corrupted_command_is_ignored(ros, wire,
+                                                                               tmp_path):
+    writer = wire.writer('unitree_hg', 'LowCmd_', dds.TOPIC_CMD)
+    with Rig(ARM3, bridge={}, tmp=str(tmp_path)) as rig:
+        from diagnostic_msgs.msg import DiagnosticArray
+        diags = rig.watch(DiagnosticArray, '/diagnostics')
+        rig.wait_forwarding()
+        q0 = list(rig.probe.target)
+        rig.probe.target = [q0[0] + 0.2, q0[1], q0[2]]
+        wait_for(lambda: abs(rig.probe.joint_states.position[0] - (q0[0] + 0.2)) < 0.03, 10,
+                 what='shoulder_yaw at its new target, through the bridge')
+        # A corrupted command (a far target at high gain, CRC off by one bit): the robot
+        # ignores it, as the real one does.
+        bad = unitree.new('unitree_hg', 'LowCmd_')
+        bad['motor_cmd']['mode'][ARM_MOTORS] = 1
+        bad['motor_cmd']['q'][ARM_MOTORS] = q0[0] + 1.5
+        bad['motor_cmd']['kp'][ARM_MOTORS] = 300.0
+        bad['mode_machine'] = 7
+        unitree.stamp_crc(bad)
+        bad['crc'] ^= 1
+        t_bad = time.monotonic()
+        for _ in range(100):
+            writer.write(bad)
+            time.sleep(0.002)
+        time.sleep(0.3)
+        moved = max(abs(m.position[0] - (q0[0] + 0.2))
+                    for _, m in rig.joint_states.since(t_bad))
+        assert moved < 0.03, f'the arm followed a command with a bad CRC ({moved:.3f} rad)'
+
+        def rejected():
+            for _, msg in reversed(diags.all()):
+                for st in msg.status:
+                    if st.name == 'sim_robot: physics':
+                        return int({kv.key: kv.value for kv in st.values}['bad_crc_rejected'])
+            return 0
+        wait_for(lambda: rejected() > 0, 5, what='sim_robot counting bad CRCs')
+
+
+def test_nothing_before_lowstate_then_damping_with_mode_machine_copied_and_arms_held(
+        ros, wire):
+    """The bridge alone (no supervisor heartbeat yet) on the G1 file: silent until a
+    LowState_ arrives, then damping on every driven and held motor, mode_machine copied."""
+    tap = Tap(wire)
+    params = dict(unitree_wire(), **{'state_timeout_s': 1.0})
+    bridge = NodeProcess('unitree_bridge', params_file=G1, params=params)
+    try:
+        wait_for(lambda: 'nothing is sent' in bridge.output(), 30, what='bridge up')
+        time.sleep(1.0)
+        assert not tap.since(0), 'LowCmd_ sent before any LowState_'
+        state_writer = wire.writer('unitree_hg', 'LowState_', dds.TOPIC_STATE)
+        st = unitree.new('unitree_hg', 'LowState_')
+        st['mode_machine'] = 5
+        unitree.stamp_crc(st)
+        t0 = time.monotonic()
+
+        def got():
+            state_writer.write(st)
+            return tap.since(t0)
+        wait_for(lambda: got(), 10, interval=0.05, what='LowCmd_ after a LowState_')
+        rec = tap.since(t0)[-1][1]
+        assert unitree.crc_ok(rec) and rec['mode_machine'] == 5
+        held = list(range(12, 29))
+        assert damping(rec, list(range(12))), rec['motor_cmd']['kp'][:12]
+        assert damping(rec, held)
+        assert list(rec['motor_cmd']['mode'][:29]) == [1] * 29
+        assert rec['motor_cmd']['mode'][29:].sum() == 0
+    finally:
+        bridge.stop()
+        tap.close()
+
+
+def test_a_frozen_robot_and_a_dead_supervisor_each_give_damping_on_the_wire(ros, wire,
+                                                                             tmp_path):
+    tap = Tap(wire)
+    try:
+        with Rig(ARM3, bridge={}, tmp=str(tmp_path)) as rig:
+            states = driver_states(rig)
+            rig.wait_forwarding()
+            time.sleep(0.3)
+            assert not damping(tap.since(time.monotonic() - 0.1)[-1][1], ARM_MOTORS)
+            # The robot's state stops (its process frozen): damping within state_timeout_s.
+            frozen = rig.signal('sim_robot', signal.SIGSTOP)
+            wait_for(lambda: any(damping(r, ARM_MOTORS) for _, r in tap.since(frozen)), 5,
+                     what='damping on rt/lowcmd after the robot froze')
+            t_damp = next(t for t, r in tap.since(frozen) if damping(r, ARM_MOTORS))
+            assert t_damp - frozen < 0.05 + 0.1, f'{(t_damp - frozen) * 1e3:.0f} ms'
+            assert any('LowState_' in json.loads(m.data)['cause'] for _, m in states.all())
+            rig.signal('sim_robot', signal.SIGCONT)
+            # The supervisor dies: damping within command_timeout_s (0.1 s) and a margin.
+            rig.wait_forwarding()
+            time.sleep(0.3)
+            killed = rig.signal('safety_supervisor', signal.SIGKILL)
+            wait_for(lambda: any(damping(r, ARM_MOTORS) for _, r in tap.since(killed)), 5,
+                     what='damping on rt/lowcmd after the supervisor died')
+            t_damp = next(t for t, r in tap.since(killed) if damping(r, ARM_MOTORS))
+            assert t_damp - killed < 0.1 + 0.1, f'{(t_damp - killed) * 1e3:.0f} ms'
+            wait_for(lambda: 'heartbeat' in json.loads(states.all()[-1][1].data)['cause'], 5,
+                     what='driver/state naming the silent heartbeat')
+            # ... and it stays damping: never the last target.
+            time.sleep(0.5)
+            assert all(damping(r, ARM_MOTORS) for _, r in tap.since(t_damp + 0.01))
+    finally:
+        tap.close()
+
+
+def test_the_remote_estop_stops_the_robot_and_its_reset_buttons_reset(ros, tmp_path):
+    from std_msgs.msg import String
+    with Rig(ARM3, bridge={}, tmp=str(tmp_path)) as rig:
+        states = driver_states(rig)
+        buttons = rig.node.create_publisher(String, 'sim/remote_buttons', 10)
+        rig.wait_forwarding()
+        buttons.publish(String(data='L2,R2'))
+        wait_for(lambda: rig.state('estop'), 5, what='the supervisor e-stopped by the remote')
+        wait_for(lambda: json.loads(states.all()[-1][1].data)['cause'] == 'remote e-stop', 5,
+                 what='the bridge latched on the remote e-stop')
+        buttons.publish(String(data=''))
+        time.sleep(0.3)
+        assert rig.state('estop')
+        assert json.loads(states.all()[-1][1].data)['cause'] == 'remote e-stop'
+        rig.probe.hold_current()             # what a reset needs: the policy at the pose
+        time.sleep(0.3)
+        buttons.publish(String(data='L2,A'))
+        wait_for(lambda: not rig.state('estop'), 5, what='the remote reset accepted')
+        wait_for(lambda: json.loads(states.all()[-1][1].data)['cause'] == 'commanded', 5,
+                 what='the bridge commanding again')
