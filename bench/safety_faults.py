@@ -180,11 +180,6 @@ def sc_nan_commands(tmp, args):
         rig.close()
 
 
-def prev_t(outputs):
-    """Arrival time of the last output with position targets."""
-    return max(t for t, m in outputs if len(m.position))
-
-
 def sc_far_beyond_limits(tmp, args):
     rig = make_rig(tmp)
     try:
@@ -201,7 +196,7 @@ def sc_far_beyond_limits(tmp, args):
             start = time.monotonic()
             rig.probe.target = [q0[0] + 50.0, q0[1] - 50.0, q0[2] + 1e6]
             time.sleep(2.0)
-            outputs = rig.probe.since(start)
+            outputs = rig.probe.since_sent(start)
             rig.probe.target = None
             v, ex, fwd = _far_violations(rig, p, outputs, args)
             violations, forwarded, checked = violations + v, forwarded + fwd, checked + len(outputs)
@@ -222,29 +217,35 @@ def sc_far_beyond_limits(tmp, args):
 
 
 def _far_violations(rig, p, outputs, args):
-    """Judge one spell of far commands' outputs: (violations, examples, forwarded)."""
+    """Judge one spell of far commands' outputs: (violations, examples, forwarded).
+
+    `outputs` are (arrival, publish time, msg). The rate rule is judged on the supervisor's
+    publish times (the DDS source timestamps): arrival times carry this process's own
+    scheduling delays, which on the loaded 2-core machine exceeded the transport allowance
+    once in 30 runs (an output taken 15 ms late made the next step look too large)."""
     stage = rig.state('stage')['stage']
     violations, examples = 0, []
     lo, hi = p['position_lower'], p['position_upper']
     rate = [r * stage for r in p['max_target_rate']]
     cap = float(p.get('policy_timeout_s', 0.06))
-    slack = args.transport_ms * 1e-3   # arrival here vs the supervisor's own clock
-    first_t, path = None, None
+    slack = args.transport_ms * 1e-3   # the supervisor's tick time vs its publish time
+    first_t, path, last_t = None, None, None
     js = [(t, list(m.position)) for t, m in rig.joint_states.all()]
     prev, moved_at = None, None
-    for t, m in outputs:
+    for t, sent, m in outputs:
         if not len(m.position):
             prev = None
             continue
+        ts = sent if math.isfinite(sent) else t
         q = next((pos for ta, pos in reversed(js) if ta <= t), None)
         if prev is None:   # since when it stood still is unknown: allow the full credit
-            moved_at = [t - cap] * len(m.position)
+            moved_at = [ts - cap] * len(m.position)
         for j, v in enumerate(m.position):
             text = None
             # A target moves at most the stage's rate times the time since it last moved
             # (capped by the source timeout), unless the torque rule pulled it towards the
             # measured position (it wins).
-            allowed = rate[j] * min(t - moved_at[j] + slack, cap) + 1e-9
+            allowed = rate[j] * min(ts - moved_at[j] + slack, cap) + 1e-9
             if not (lo[j] - 1e-9 <= v <= hi[j] + 1e-9):
                 text = f'joint {j}: target {v:.4f} outside [{lo[j]}, {hi[j]}]'
             towards = prev is not None and q is not None and \
@@ -257,22 +258,22 @@ def _far_violations(rig, p, outputs, args):
                 violations += 1
                 examples.append(text)
             if prev is not None and v != prev[j]:
-                moved_at[j] = t
+                moved_at[j] = ts
                 if not towards:   # the torque rule's pulls towards q are exempt
                     path[j] += abs(v - prev[j])
         if first_t is None:
-            first_t, path = t, [0.0] * len(m.position)
-        prev = list(m.position)
+            first_t, path = ts, [0.0] * len(m.position)
+        prev, last_t = list(m.position), ts
     # Over the whole spell too: the path each target travelled away from the measured
     # position, against rate x duration (+ the full credit once, + one transport allowance).
     if first_t is not None:
         for j, travelled in enumerate(path):
-            allowed = rate[j] * (prev_t(outputs) - first_t + cap + slack)
+            allowed = rate[j] * (last_t - first_t + cap + slack)
             if travelled > allowed:
                 violations += 1
                 examples.append(f'joint {j}: target travelled {travelled:.4f} rad in '
-                                f'{prev_t(outputs) - first_t:.3f} s, limit {allowed:.4f}')
-    forwarded = sum(1 for _, m in outputs if len(m.position))
+                                f'{last_t - first_t:.3f} s, limit {allowed:.4f}')
+    forwarded = sum(1 for _, _, m in outputs if len(m.position))
     return violations, examples, forwarded
 
 
