@@ -177,9 +177,9 @@ def test_a_malformed_command_is_refused_and_changes_nothing(names, position, mat
 
 
 def test_the_remote_estop_latches_damping_until_a_reset_is_accepted():
-    core = live(BridgeCore(config()))
-    assert core.take_state(state(buttons=['L2', 'R2']), 1.01) == 'estop'
-    assert core.take_state(state(buttons=['L2', 'R2']), 1.012) is None   # held: one event
+    core = live(BridgeCore(config()))          # defaults: select e-stops, start resets
+    assert core.take_state(state(buttons=['select']), 1.01) == 'estop'
+    assert core.take_state(state(buttons=['select']), 1.012) is None   # held: one event
     core.beat(1.013)
     core.command(NAMES, [0.5, -0.5, 0.25], (), (), 1.013)
     out, cause = core.compose(1.013)
@@ -187,15 +187,17 @@ def test_the_remote_estop_latches_damping_until_a_reset_is_accepted():
     assert_damping(out)
     core.take_state(state(), 1.014)          # released: still latched
     assert core.compose(1.015)[1] == 'remote e-stop'
-    assert core.take_state(state(buttons=['L2', 'A']), 1.016) == 'reset'
+    assert core.take_state(state(buttons=['start']), 1.016) == 'reset'
     assert core.compose(1.017)[1] == 'remote e-stop'    # until the supervisor accepts
     core.clear_remote()
     assert core.compose(1.018)[1] == 'commanded'
     assert core.counters['remote_estops'] == 1 and core.counters['remote_resets'] == 1
 
 
-def test_both_combinations_at_once_is_an_estop():
-    core = live(BridgeCore(config()))
+def test_a_combination_needs_all_its_buttons_and_both_at_once_is_an_estop():
+    core = live(BridgeCore(config(estop_buttons=('L2', 'R2'), reset_buttons=('L2', 'A'))))
+    assert core.take_state(state(buttons=['R2']), 1.005) is None
+    assert not core.remote_latched
     assert core.take_state(state(buttons=['L2', 'R2', 'A']), 1.01) == 'estop'
 
 

@@ -182,7 +182,7 @@ def test_the_remote_estop_stops_the_robot_and_its_reset_buttons_reset(ros, tmp_p
         states = driver_states(rig)
         buttons = rig.node.create_publisher(String, 'sim/remote_buttons', 10)
         rig.wait_forwarding()
-        buttons.publish(String(data='L2,R2'))
+        buttons.publish(String(data='select'))
         wait_for(lambda: rig.state('estop'), 5, what='the supervisor e-stopped by the remote')
         wait_for(lambda: json.loads(states.all()[-1][1].data)['cause'] == 'remote e-stop', 5,
                  what='the bridge latched on the remote e-stop')
@@ -192,7 +192,7 @@ def test_the_remote_estop_stops_the_robot_and_its_reset_buttons_reset(ros, tmp_p
         assert json.loads(states.all()[-1][1].data)['cause'] == 'remote e-stop'
         rig.probe.hold_current()             # what a reset needs: the policy at the pose
         time.sleep(0.3)
-        buttons.publish(String(data='L2,A'))
+        buttons.publish(String(data='start'))
         wait_for(lambda: not rig.state('estop'), 5, what='the remote reset accepted')
         wait_for(lambda: json.loads(states.all()[-1][1].data)['cause'] == 'commanded', 5,
                  what='the bridge commanding again')

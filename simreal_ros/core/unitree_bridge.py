@@ -46,8 +46,8 @@ class BridgeConfig:
     require_heartbeat: bool = True
     mode_pr: int = 0
     motor_mode: int = 1
-    estop_buttons: tuple = ('L2', 'R2')
-    reset_buttons: tuple = ('L2', 'A')
+    estop_buttons: tuple = ('select',)   # unitree_rl_gym deploy_real: select = stop, damp
+    reset_buttons: tuple = ('start',)
     source: str = 'unitree_bridge parameters'
 
     def validate(self):

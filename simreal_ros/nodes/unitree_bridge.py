@@ -146,12 +146,13 @@ class UnitreeBridge(Node):
         p['motor_mode'] = declare(self, 'motor_mode', 1, 'motor mode byte of driven and held '
                                   'motors (hg: 1 = enable; H1 strong motors: 10)', low=0,
                                   high=255, read_only=True)
-        p['remote.estop_buttons'] = declare(self, 'remote.estop_buttons', ['L2', 'R2'],
+        p['remote.estop_buttons'] = declare(self, 'remote.estop_buttons', ['select'],
                                             'wireless remote buttons that together e-stop '
-                                            '(empty = none); names: '
+                                            "(empty = none; default select, the vendor's "
+                                            'deploy scripts\' stop button); names: '
                                             + ', '.join(unitree.REMOTE_BUTTONS),
                                             read_only=True)
-        p['remote.reset_buttons'] = declare(self, 'remote.reset_buttons', ['L2', 'A'],
+        p['remote.reset_buttons'] = declare(self, 'remote.reset_buttons', ['start'],
                                             'remote buttons that together ask safety/reset '
                                             '(empty = none)', read_only=True)
         p['unitree.domain_id'] = declare(self, 'unitree.domain_id', 0, "the robot's DDS domain",
