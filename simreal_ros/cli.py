@@ -4,6 +4,7 @@
     simreal estop                      # always one command away
     simreal status
     simreal reset
+    simreal go-default [--no-wait]     # bring-up: move slowly to the default pose, hold it
     simreal stage next
     simreal enable | disable           # policy_runner on/off
     simreal sysid friction|inertia|latency|all [--joints a b]
@@ -27,8 +28,8 @@ import sys
 import time
 
 from simreal_ros.client.processes import start_graph, stop_graph
-from simreal_ros.client.ros import describe_parameters, dds_hint, join_name, Missing, Ros, \
-    safety_state
+from simreal_ros.client.ros import describe_parameters, dds_hint, go_default, join_name, \
+    Missing, Ros, safety_state
 from simreal_ros.core.config import ConfigError
 
 SYSID_KINDS = ('friction', 'inertia', 'latency')
@@ -45,6 +46,19 @@ def cmd_estop(args, ros):
 
 def cmd_reset(args, ros):
     return _print_response('reset', ros.trigger('safety/reset', 'safety_supervisor'))
+
+
+def cmd_go_default(args, ros):
+    """The bring-up: safety/go_default, then (unless --no-wait) follow it to the held pose."""
+    show = None if args.no_wait else _progress_bar('go-default')
+    ok, message, bringup = go_default(ros, wait=not args.no_wait, timeout=args.timeout,
+                                      progress=show)
+    if show is not None and bringup:
+        print()
+    print(f'go-default: {"ok" if ok else "REFUSED" if not bringup else "FAILED"}: {message}')
+    if ok and not args.no_wait:
+        print('go-default: holding the default pose; `simreal enable` hands over to the policy')
+    return 0 if ok else 1
 
 
 def cmd_stage(args, ros):
@@ -76,6 +90,12 @@ def format_status(state, diags):
         f'{stage.get("dwell_needed_s")} s',
         f'clipped     : {state.get("clipped_outputs")} outputs; rejected {state.get("rejected")}',
     ]
+    bringup = state.get('bringup') or {}
+    if bringup.get('phase', 'idle') != 'idle':
+        lines.append(f'bring-up    : {bringup["phase"]} ({100 * bringup.get("progress", 0):.0f} % '
+                     f'of {bringup.get("duration_s")} s), max error '
+                     f'{bringup.get("max_error_rad")} rad'
+                     + (f', {bringup["cause"]}' if bringup.get('cause') else ''))
     for name, info in (state.get('inputs') or {}).items():
         lines.append(f'input age   : {name:<13} arrival {info.get("arrival_age_ms")} ms, '
                      f'stamp {info.get("stamp_age_ms")} ms, received {info.get("received")}')
@@ -83,7 +103,7 @@ def format_status(state, diags):
         values = {kv.key: kv.value for kv in status.values}
         keys = [k for k in ('rate_hz', 'period_err_ms_p99', 'inference_us_p99',
                             'e2e_latency_ms_p99', 'deadline_misses', 'publish_rate_hz',
-                            'real_time_factor') if k in values]
+                            'real_time_factor', 'lowcmd_rate_hz') if k in values]
         timing = ', '.join(f'{k} {values[k]}' for k in keys)
         lines.append(f'diagnostics : {status.name}: {status.message}'
                      + (f' [{timing}]' if timing else ''))
@@ -318,6 +338,12 @@ def build_parser():
     sub.add_parser('status', help='stage, e-stop cause, input ages, loop timing')
     sub.add_parser('estop', help='latch the e-stop (safety_supervisor)')
     sub.add_parser('reset', help='reset a latched e-stop')
+    p = sub.add_parser('go-default', help='bring-up: move slowly to the default pose and hold '
+                       'it until the policy takes over (safety/go_default; e-stop cancels)')
+    p.add_argument('--no-wait', action='store_true', help='return once accepted, do not '
+                   'follow the motion')
+    p.add_argument('--timeout', type=float, default=None, help='give up waiting after this '
+                   'many s (default: the motion\'s duration + 15 s)')
     p = sub.add_parser('stage', help='stage next: promote one speed stage')
     p.add_argument('action', choices=['next'])
     sub.add_parser('enable', help='enable policy_runner')
@@ -345,6 +371,7 @@ def build_parser():
 
 
 VERBS = {'status': cmd_status, 'estop': cmd_estop, 'reset': cmd_reset, 'stage': cmd_stage,
+         'go-default': cmd_go_default,
          'enable': cmd_enable, 'disable': cmd_disable, 'sysid': cmd_sysid, 'gap': cmd_gap,
          'export': cmd_export, 'refine': cmd_refine, 'monitor': cmd_monitor, 'params': cmd_params}
 

@@ -6,11 +6,12 @@
 
 Steps: bring up the graph (`simreal_ros.graph`, the same one `simreal up` and deploy.launch.py
 start); run the SysID experiments through safety_supervisor; push the results to sim_bridge
-and show the reality gap before and after; enable the policy and promote it through every
-speed stage (dwell times shortened for the demo); an e-stop and a reset; a clean shutdown. A
-step whose node does not exist in this installation is reported as `skipped: <node> not
-available`, never faked. The session is recorded to MCAP; the results folder holds the
-summary (JSON, HTML), plots, recordings, SysID results and the node logs.
+and show the reality gap before and after; the bring-up (`safety/go_default`: slowly to the
+default pose, held there); enable the policy, which takes over at the held pose, and promote
+it through every speed stage (dwell times shortened for the demo); an e-stop and a reset; a
+clean shutdown. A step whose node does not exist in this installation is reported as
+`skipped: <node> not available`, never faked. The session is recorded to MCAP; the results
+folder holds the summary (JSON, HTML), plots, recordings, SysID results and the node logs.
 
 DDS stays on this machine (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST) in a private domain
 (ROS_DOMAIN_ID, default 71 unless set). Nothing is published on hardware/command but by
@@ -268,17 +269,39 @@ class Demo:
             raise RuntimeError(result.get('message', str(result)))
         return f'exported to {self.out / "export"}'
 
+    def go_default(self):
+        """The bring-up every deployment starts with: the policy source selected (nothing
+        forwarded), then safety/go_default to the default pose, held until the policy comes."""
+        from simreal_ros.client import sysid as sysid_client
+        from simreal_ros.client.ros import go_default
+        if self.graph.node('policy_runner'):
+            self.ros.set_bool('policy_runner/enable', False, 'policy_runner')
+        ok, message = sysid_client.select_source(self.ros, 'policy')
+        if not ok:
+            raise RuntimeError(f'safety_supervisor: {message}')
+        ok, message, bringup = go_default(self.ros, progress=_progress(self.say, 'go_default'))
+        self.facts['bringup'] = bringup
+        if not ok:
+            raise RuntimeError(message)
+        peak = max((bringup.get('peak_speed_rad_s') or {0: 0.0}).values())
+        return (f'at the default pose in {bringup.get("duration_s")} s (planned peak '
+                f'{peak:.2f} rad/s, limit {min(bringup["speed_limit_rad_s"].values()):.2f} '
+                f'rad/s), max error {bringup.get("max_error_rad")} rad; holding it for the '
+                'policy')
+
     def policy_stages(self):
         from simreal_ros.client import sysid as sysid_client
         if not self.graph.node('policy_runner'):
             raise Skip(dict(self.graph.skipped).get('policy_runner', 'policy_runner not '
                                                     'available'))
-        resp = self.ros.set_bool('policy_runner/enable', True, 'policy_runner')
-        if not resp.success:
-            raise RuntimeError(resp.message)
         ok, message = sysid_client.select_source(self.ros, 'policy')
         if not ok:
             raise RuntimeError(f'safety_supervisor: {message}')
+        # Held at the default pose by the bring-up (previous step), the policy is admitted
+        # through the reset checks and takes over there.
+        resp = self.ros.set_bool('policy_runner/enable', True, 'policy_runner')
+        if not resp.success:
+            raise RuntimeError(resp.message)
         scales = self.state()['stage']['stages']
         reached, trips = [], 0
         deadline = time.monotonic() + 30 + 10 * len(scales) * DEMO_DWELL_S
@@ -488,6 +511,7 @@ def main(argv=None):
         ('push results to sim_bridge', demo.bridge_push),
         ('reality gap before/after (nominal vs identified)', demo.bridge_gap),
         ('export the identified model', demo.bridge_export),
+        ('bring-up: slowly to the default pose, held (go_default)', demo.go_default),
         ('enable the policy, promote through every stage', demo.policy_stages),
         ('e-stop and reset', demo.estop_and_reset),
         ('shut down cleanly', demo.shutdown),

@@ -149,6 +149,37 @@ def safety_state(ros, timeout=3.0):
     return json.loads(msg.data)
 
 
+def go_default(ros, wait=True, timeout=None, progress=None):
+    """Call safety/go_default (the bring-up to the default pose); with `wait`, follow
+    safety/state until the pose is reached and held. Return (ok, message, bringup state).
+
+    `timeout` (s) defaults to the bring-up's own duration plus 15 s; `progress(fraction,
+    text)` is called as it goes. A cancelled bring-up (an e-stop) or a latched e-stop is a
+    failure naming the cause; a refusal is returned as the supervisor worded it.
+    """
+    resp = ros.trigger('safety/go_default', 'safety_supervisor')
+    if not resp.success or not wait:
+        return resp.success, resp.message, {}
+    start = time.monotonic()
+    bringup = {}
+    while True:
+        state = safety_state(ros)
+        bringup = state.get('bringup') or {}
+        phase = bringup.get('phase')
+        if progress is not None and bringup.get('progress') is not None:
+            progress(float(bringup['progress']), str(phase))
+        if phase in ('holding', 'done'):
+            return True, (f'{resp.message}; reached in {bringup.get("duration_s")} s, max error '
+                          f'{bringup.get("max_error_rad")} rad, {phase}'), bringup
+        if phase == 'cancelled' or state.get('estop'):
+            return False, (f'bring-up {phase}: {bringup.get("cause") or state.get("estop_cause")}'
+                           ), bringup
+        limit = timeout if timeout is not None else float(bringup.get('duration_s') or 0) + 15
+        if time.monotonic() - start > limit:
+            return False, f'bring-up not at the default pose after {limit:g} s ({phase})', bringup
+        time.sleep(0.1)   # polling the latched state, bounded by the limit
+
+
 PARAM_TYPES = {1: 'bool', 2: 'int', 3: 'double', 4: 'string', 5: 'bytes', 6: 'bool[]',
                7: 'int[]', 8: 'double[]', 9: 'string[]'}
 

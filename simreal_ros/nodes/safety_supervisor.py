@@ -9,6 +9,7 @@ messages, runs the control tick on a ROS timer and offers the operator services.
     ros2 service call /safety/reset std_srvs/srv/Trigger
     ros2 service call /safety/advance_stage std_srvs/srv/Trigger
     ros2 service call /safety/select_sysid std_srvs/srv/SetBool "{data: true}"
+    ros2 service call /safety/go_default std_srvs/srv/Trigger
     ros2 topic echo /safety/state --qos-durability transient_local
 
 Topics: subscribes `policy/command`, `sysid/command` (sensor_msgs/JointState, by name),
@@ -28,6 +29,15 @@ must do). A measured sample that is implausible is never used (see simreal_ros.c
 the stage record is written atomically by a thread of its own, never in the control tick, to
 `stage_file` (default per robot and namespace: $ROS_HOME/simreal_ros/stages/<namespace>/
 <robot_name>.json); a failed write is an ERROR on /diagnostics, the stage in memory holds.
+
+Bring-up (`safety/go_default`, Trigger; simreal_ros.core.safety.bringup): from the measured
+pose to `bringup.default_position`, slowly (minimum jerk, each joint's peak speed within
+`bringup.max_velocity` and the stage's limits, at least `bringup.min_duration_s`), through the
+same limit filter, then holding that pose until the policy passes the reset checks. Refused
+while e-stopped, with stale joint_states, without a default pose, in SysID mode or while the
+policy is forwarded; an e-stop cancels it and a reset does not resume it. `hardware/command`
+carries no gains: the driver applies the robot file's kp/kd. `safety/state` reports it
+(`output: bringup`, `bringup`: phase idle/moving/holding/cancelled/done, progress, target).
 
 Before the first `joint_states` arrives the node publishes nothing on `hardware/command` and says
 so in `safety/state` (`output: waiting`). An e-stop is applied in the service call itself and on
@@ -97,6 +107,13 @@ ARRAYS = {
     'sysid.max_target_rate': (Parameter.Type.DOUBLE_ARRAY, 'sysid target rate limits (rad/s)'),
     'sysid.max_target_accel': (Parameter.Type.DOUBLE_ARRAY, 'sysid target acceleration limits '
                                '(rad/s^2)'),
+    'bringup.default_position': (Parameter.Type.DOUBLE_ARRAY, 'the pose safety/go_default '
+                                 'moves to and holds until the policy takes over (rad per '
+                                 'joint, inside the soft limits; usually policy_runner\'s '
+                                 'default_position); empty = go_default is refused'),
+    'bringup.max_velocity': (Parameter.Type.DOUBLE_ARRAY, 'peak joint speed of the bring-up '
+                             '(rad/s, one value or one per joint; also capped by velocity_limit '
+                             'and max_target_rate x stage); empty = 0.5'),
 }
 
 
@@ -191,6 +208,8 @@ class SafetySupervisor(Node):
                             callback_group=services)
         self.create_service(SetBool, 'safety/select_sysid', self._srv_select,
                             callback_group=services)
+        self.create_service(Trigger, 'safety/go_default', self._srv_go_default,
+                            callback_group=services)
         self.create_timer(cfg.period_s, self._tick, callback_group=control)
         self.create_timer(1.0 / p['state_rate_hz'], self._publish_state, callback_group=services)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=services)
@@ -271,6 +290,10 @@ class SafetySupervisor(Node):
             self, 'sysid_release_s', 1.0, 'the SysID path is granted to one experiment node '
             '(header.frame_id of its commands) until it has been silent this long (s)',
             low=0.0, high=60.0, read_only=True)
+        p['bringup.min_duration_s'] = declare(
+            self, 'bringup.min_duration_s', 2.0, 'the bring-up to the default pose takes at least '
+            'this long (s), longer when a joint has further to go than bringup.max_velocity '
+            'allows', low=0.0, high=600.0, read_only=True)
         p['heartbeat_rate_hz'] = declare(
             self, 'heartbeat_rate_hz', 50.0, 'safety/heartbeat rate: drivers damp when it '
             'stops (Hz)', low=1.0, high=1000.0, read_only=True)
@@ -421,7 +444,7 @@ class SafetySupervisor(Node):
         zero_torque). With safe_mode hold, the position at the trip.
         """
         values = getattr(out, self.array_field)
-        if out.safe:
+        if out.safe and not out.bringup:   # the bring-up's targets go out as they are
             q, dq = self.core.q, self.core.dq
             if q is None:
                 return
@@ -499,6 +522,14 @@ class SafetySupervisor(Node):
         self._log_events()
         return response
 
+    def _srv_go_default(self, request, response):
+        with self._lock:
+            response.success, response.message = self.core.go_default(self._now())
+        if not response.success:
+            self.get_logger().warning(response.message)
+        self._log_events()
+        return response
+
     # -- parameters and time ------------------------------------------------------------------
     def _on_set_parameters(self, params):
         """Refuse every change at run time (use_sim_time included: a clock switch mid-run)."""
@@ -534,12 +565,13 @@ class SafetySupervisor(Node):
     def _publish_heartbeat(self):
         with self._lock:
             latched, reason, ticks = self.core.latched, self.core.safe_reason, self.core.ticks
+            bringup = self.core.bringup.active
             scale, mode, admitted = self.core.stage.scale, self.core.mode, self.core.admits_policy
         hb = DiagnosticStatus(name=self.get_fully_qualified_name(), hardware_id='heartbeat')
         if latched:
             hb.level, hb.message = DiagnosticStatus.ERROR, 'estop'
         elif reason:
-            hb.level, hb.message = DiagnosticStatus.WARN, 'safe'
+            hb.level, hb.message = DiagnosticStatus.WARN, 'bringup' if bringup else 'safe'
         else:
             hb.level, hb.message = DiagnosticStatus.OK, 'forwarding'
         hb.values = [KeyValue(key='tick', value=str(ticks)),
@@ -561,6 +593,8 @@ class SafetySupervisor(Node):
             st.level, st.message = DiagnosticStatus.ERROR, f'E-STOP: {s["estop_cause"]}'
         elif s['stage_record']['error']:
             st.level, st.message = DiagnosticStatus.ERROR, s['stage_record']['error']
+        elif s['output'] == 'bringup':
+            st.level, st.message = DiagnosticStatus.WARN, s['safe_reason']
         elif s['output'] != 'forwarding':
             st.level, st.message = DiagnosticStatus.WARN, f'safe mode: {s["safe_reason"]}'
         elif s['rejected'][s['mode']] or s['clipped_outputs']:
@@ -582,7 +616,10 @@ class SafetySupervisor(Node):
                   'max_tick_gap_ms': s['max_tick_gap_ms'], 'clock_jumps': s['clock_jumps'],
                   'grace_holds': s['grace_holds'], 'sysid_owner': s['sysid_owner'],
                   'foreign_sysid': s['foreign_sysid'],
-                  'stage_record_write_failures': s['stage_record']['write_failures']}
+                  'stage_record_write_failures': s['stage_record']['write_failures'],
+                  'bringup.phase': s['bringup']['phase'],
+                  'bringup.progress': s['bringup'].get('progress'),
+                  'bringup.max_error_rad': s['bringup'].get('max_error_rad')}
         for kind, per_joint in s['clips'].items():
             values[f'clips.{kind}'] = sum(per_joint.values())
         for source, count in s['rejected'].items():

@@ -37,7 +37,13 @@ Rules, in the order a tick applies them:
    walking robot keeps its stance through a brief hiccup: `grace_holds` counts it), then the
    safe mode output. Forwarding resumes when a fresh command arrives; after the safe mode
    output it must pass the reset checks first.
-7. otherwise its latest command is filtered (limits.filter_command) with the current state and
+7. a bring-up (`go_default`, see simreal_ros.core.safety.bringup) owns the output while it
+   moves to and holds the default pose: its targets, filtered with the current state at the
+   stage's scale and limits tightened to `bringup.max_velocity`, instead of the safe sequence;
+   a late tick repeats its last output. While it holds, a fresh policy command that passes
+   the reset checks ends it (`done`) and is forwarded at once; while it moves, none does. An
+   e-stop cancels it (`cancelled`), and a reset does not resume it.
+8. otherwise its latest command is filtered (limits.filter_command) with the current state and
    the source's scale; every clip is counted.
 
 Stages measure trust in the policy: the stage scale applies to `policy` commands, and limit
@@ -60,6 +66,7 @@ import math
 import numpy as np
 
 from simreal_ros.core.config import ConfigError
+from simreal_ros.core.safety.bringup import Bringup, bringup_limits
 from simreal_ros.core.safety.limits import (KINDS, Command, Limits, Rejected, count_clips,
                                             filter_command, implied_torque, validate_command)
 from simreal_ros.core.safety.stages import DEFAULT_STAGES, StageMachine
@@ -81,6 +88,7 @@ class Output:
     safe: bool = False
     reason: str = 'forwarding'
     stamp: float = None  # forwarded: the command's header stamp (the state it was made from)
+    bringup: bool = False  # the bring-up's targets (safe: the supervisor's own, every tick)
 
 
 class Watchdog:
@@ -183,6 +191,9 @@ class SupervisorConfig:
     late_tick_periods: float = 5.0
     stale_hold_s: float = 0.0
     sysid_release_s: float = 1.0
+    bringup_position: np.ndarray = None     # the default pose; None = go_default refused
+    bringup_max_velocity: np.ndarray = None  # rad/s per joint (default 0.5)
+    bringup_min_duration_s: float = 2.0
 
     @classmethod
     def from_params(cls, p, source='safety_supervisor'):
@@ -232,6 +243,7 @@ class SupervisorConfig:
             if not (math.isfinite(value) and value >= low):
                 raise ConfigError(f'{source}.{key} must be >= {low}, got {value}')
             extra[key] = value
+        extra.update(_bringup_params(p, names, limits, source))
         return cls(limits=limits, sysid_limits=sysid, trip_velocity=trip, period_s=1.0 / rate,
                    stages=tuple(p.get('stages') or DEFAULT_STAGES),
                    stage_dwell_s=tuple(p.get('stage_dwell_s') or (5.0,)),
@@ -244,6 +256,34 @@ class SupervisorConfig:
                    max_tilt_rad=float(p.get('max_tilt_rad', 0.0)),
                    reset_tolerance=float(p.get('reset_tolerance', 0.1)),
                    reject_trip_count=int(p.get('reject_trip_count', 10)), mode=mode, **extra)
+
+
+def _bringup_params(p, names, limits, source):
+    """Validate the bring-up parameters (`bringup.*`); ConfigError naming the parameter."""
+    n = len(names)
+    raw = p.get('bringup.default_position')
+    pose = np.asarray(raw if raw is not None else [], dtype=float).reshape(-1)
+    if pose.size == 0:
+        pose = None
+    elif pose.size != n or not np.all(np.isfinite(pose)):
+        raise ConfigError(f'{source}.bringup.default_position: expected {n} finite values '
+                          f'(one per joint, {list(names)}) or none, got {pose.tolist()}')
+    else:
+        outside = (pose < limits.position_lower) | (pose > limits.position_upper)
+        if np.any(outside):
+            bad = [names[i] for i in np.flatnonzero(outside)]
+            raise ConfigError(
+                f'{source}.bringup.default_position of {bad} {pose[outside].tolist()} is outside '
+                'the soft limits position_lower/position_upper: the bring-up could not reach it')
+    raw = p.get('bringup.max_velocity')
+    if raw is None or len(np.atleast_1d(raw)) == 0:
+        raw = [0.5]
+    speed = _per_joint({'bringup.max_velocity': raw}, 'bringup.max_velocity', n, source)
+    duration = float(p.get('bringup.min_duration_s', 2.0))
+    if not (math.isfinite(duration) and duration >= 0.0):
+        raise ConfigError(f'{source}.bringup.min_duration_s must be >= 0, got {duration}')
+    return {'bringup_position': pose, 'bringup_max_velocity': speed,
+            'bringup_min_duration_s': duration}
 
 
 def tilt_of(quaternion_wxyz):
@@ -307,6 +347,7 @@ class Supervisor:
         self._last_wall = None
         self._state_since_tick = False   # a joint state accepted since the last counted tick
         self.slow_ticks = 0                # late ticks that had a new state (computed normally)
+        self.bringup = Bringup()
         self.events = []  # (time, text) for the operator log; the node drains it
         for text in self.stage.warnings:
             self.events.append((now, f'WARNING: {text}'))
@@ -493,13 +534,14 @@ class Supervisor:
                       f'e-stop reset; {self.mode} forwarded at {where} once it sends fresh '
                       'commands near the state')
 
-    def _reset_problems(self, now, require_source=True, still=True):
+    def _reset_problems(self, now, require_source=True, still=True, command=True):
         """Return what stands against forwarding the selected source (empty: nothing).
 
         The same checks guard an operator's reset and every start of forwarding (the first
         command, or the first after a safe spell): fresh state, no implausible sample pending,
         the latest command near the measured state (position, velocity targets, implied
-        torque); a reset also needs the joints nearly still (`still`).
+        torque); a reset also needs the joints nearly still (`still`). `command=False` leaves
+        the command out (a bring-up is the supervisor's own motion).
         """
         problems = []
         for name in ('joint_states',) + (('imu',) if self.cfg.use_imu else ()):
@@ -520,7 +562,7 @@ class Supervisor:
                                 f'reset_velocity_tolerance {tol} rad/s)')
         if self.cfg.use_imu and self.cfg.max_tilt_rad > 0 and self.tilt > self.cfg.max_tilt_rad:
             problems.append(f'base tilt {math.degrees(self.tilt):.0f} deg exceeds max_tilt_rad')
-        cmd = self.commands[self.mode]
+        cmd = self.commands[self.mode] if command else None
         if cmd is not None and self.q is not None and source_reason is None:
             if cmd.position is not None:
                 err = np.abs(cmd.position - self.q[cmd.index])
@@ -575,6 +617,10 @@ class Supervisor:
             return False, f'unknown mode {mode!r}; use one of {SOURCES}'
         if mode == self.mode:
             return True, f'already forwarding {mode}'
+        if self.bringup.active:
+            return False, (f'the bring-up owns the output ({self.bringup.phase} the default '
+                           'pose): it ends when the policy takes over or with an e-stop '
+                           '(safety/estop, then safety/reset); switch then')
         if not self.latched and not self.safe_reason:
             return False, (f'switching {self.mode} -> {mode} needs a safe state: stop the '
                            f'{self.mode} source first (policy_runner/enable false, or '
@@ -588,6 +634,47 @@ class Supervisor:
         latched = '; reset the e-stop (safety/reset) first' if self.latched else ''
         return True, (f'mode {old} -> {mode}; {mode} is forwarded once it sends fresh commands '
                       f'near the state{latched}')
+
+    def go_default(self, now):
+        """Start the bring-up (see simreal_ros.core.safety.bringup): from the measured pose to
+        `bringup.default_position`, then hold it until the policy takes over. Return (ok,
+        message); a refusal names what stands against it."""
+        b = self.bringup
+        if self.latched:
+            return False, (f'bring-up refused: e-stop latched ({self.cause}); reset it first '
+                           '(safety/reset), then go_default')
+        if self.cfg.bringup_position is None:
+            return False, ('bring-up refused: no default pose: parameter '
+                           'bringup.default_position is empty; give one value per joint in the '
+                           'safety_supervisor section of the robot file')
+        if self.mode != 'policy':
+            owner = f', granted to {self.sysid_owner!r}' if self.sysid_owner else ''
+            return False, (f'bring-up refused: SysID owns the output (mode sysid{owner}); '
+                           'select the policy source first (safety/select_sysid false)')
+        if b.active:
+            return True, (f'bring-up already under way ({b.phase} the default pose, '
+                          f'{b.progress(now) * 100:.0f} %)')
+        if self.admits_policy:
+            return False, ('bring-up refused: the policy is being forwarded; disable it first '
+                           '(policy_runner/enable false: simreal disable)')
+        problems = self._reset_problems(now, require_source=False, command=False)
+        if problems:
+            return False, 'bring-up refused: ' + '; '.join(problems)
+        speed = self.cfg.bringup_max_velocity
+        if speed is None:
+            speed = np.full(self.n, 0.5)
+        scale = self.scale
+        duration = b.begin(self.q, self.cfg.bringup_position, now,
+                           bringup_limits(self.cfg.limits, speed, scale), scale,
+                           self.cfg.bringup_min_duration_s)
+        peak = b.peak_speed()
+        worst = int(np.argmax(peak / b.speed))
+        text = (f'bring-up: moving to the default pose over {duration:.2f} s (peak '
+                f'{peak[worst]:.3f} rad/s on {self.names[worst]}, limit {b.speed[worst]:.3f} '
+                f'rad/s at stage {self.stage.scale:.2f}), then holding it until the policy takes '
+                'over; an e-stop cancels it')
+        self.events.append((now, text))
+        return True, text
 
     # -- the control tick -------------------------------------------------------------------
     def rate_dt(self, now):
@@ -678,6 +765,10 @@ class Supervisor:
         if t is not None:
             self.events.append((now, f'stage {t["from"]:.2f} -> {t["to"]:.2f} (auto_advance)'))
         stale, newly = self.dogs[self.mode].check(now)
+        if self.bringup.active:
+            out = self._bringup_output(now, stale, late)
+            if out is not None:
+                return out
         if stale is not None:
             if newly:
                 self.events.append((now, f'{self.mode} stale -> safe mode: {stale}'))
@@ -735,6 +826,54 @@ class Supervisor:
         return Output([self.names[i] for i in out.index], out.position, out.velocity,
                       out.effort, safe=False, reason='forwarding',
                       stamp=self.dogs[self.mode].stamp)
+
+    def _bringup_output(self, now, stale, late):
+        """Return the bring-up's output for this tick, or None when it has just ended (the
+        policy passed the reset checks while the default pose was held: the caller forwards
+        it now; or a target the filter rejected: the caller's safe sequence)."""
+        b = self.bringup
+        self.stage.accrue(now, False)
+        if b.update(now) == 'moving':
+            reason = f'bring-up: moving to the default pose ({b.progress(now) * 100:.0f} %)'
+        else:
+            if stale is not None:
+                wait = f'waiting for the policy ({stale})'
+            elif late is not None:
+                wait = late
+            else:
+                problems = self._reset_problems(now, still=False)
+                if not problems:
+                    b.end('done', now, 'the policy passed the checks and took over')
+                    self.events.append((now, 'bring-up done: the policy takes over at the '
+                                             'default pose'))
+                    return None
+                wait = 'the policy is not admitted yet: ' + '; '.join(problems)
+            reason = f'bring-up: holding the default pose; {wait}'
+        if late is not None:
+            if b.last is None:
+                return self._late_output(now, late)
+            out = b.last      # nothing new computed from what may be old state
+        else:
+            position, velocity = b.sample(now)
+            cmd = Command(np.arange(self.n), position=position, velocity=velocity)
+            dt = self.rate_dt(now)
+            rmax = b.limits.max_target_rate * self.scale
+            rate = np.where(dt >= self.cfg.timeouts[self.mode], 0.0,
+                            np.clip(self.previous_rate, -rmax, rmax))
+            try:
+                out, clips = filter_command(b.limits, self.scale, cmd, self.q, self.dq,
+                                            self.previous_target, dt, rate)
+            except Rejected as exc:
+                b.end('cancelled', now, f'filter rejected the bring-up target: {exc}')
+                self.events.append((now, f'bring-up cancelled: {exc}'))
+                return None
+            b.clips += int(any(np.any(m) for m in clips.values()))
+            self._remember_target(out, now, dt)
+            b.last = out
+        self.hold_position = None     # the robot moved: a later hold captures it anew
+        self.safe_reason = reason
+        return Output(list(self.names), out.position.copy(), out.velocity.copy(), None, True,
+                      reason, bringup=True)
 
     def _remember_target(self, out, now, dt):
         if out.position is None:
@@ -832,6 +971,10 @@ class Supervisor:
         self.cause = cause
         self.estops += 1
         self.events.append((now, f'E-STOP: {cause}'))
+        if self.bringup.active:
+            self.bringup.end('cancelled', now, f'e-stop: {cause}')
+            self.events.append((now, 'bring-up cancelled by the e-stop (a reset does not '
+                                     'resume it: safety/go_default again)'))
         self._stage_fault(fault, now, cause)
         if fault not in ('estop', 'operator'):   # an automatic trip is an e-stop fault too
             self.stage.fault('estop', now)
@@ -893,6 +1036,7 @@ class Supervisor:
             'estop_cause': self.cause,
             'output': ('waiting' if self.safe_reason.startswith('waiting')
                        and not self.latched
+                       else 'bringup' if self.bringup.active
                        else 'safe' if self.safe_reason else 'forwarding'),
             'safe_mode': self.cfg.safe_mode,
             'safe_reason': self.safe_reason,
@@ -919,4 +1063,6 @@ class Supervisor:
             'outputs_forwarded': self.outputs,
             'inputs': ages,
             'tilt_deg': round(math.degrees(self.tilt), 2) if self.cfg.use_imu else None,
+            'bringup': dict(self.bringup.to_dict(now, self.names, self.q),
+                            configured=self.cfg.bringup_position is not None),
         }
