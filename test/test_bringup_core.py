@@ -139,6 +139,24 @@ def test_target_speed_stays_within_max_velocity_when_the_clock_jumps():
     assert np.abs(out.position - before).max() <= 0.5 * 0.06 + 1e-9   # policy_timeout_s cap
 
 
+def test_a_stalled_tick_resumes_the_trajectory_where_it_stopped():
+    # A supervisor stalled 0.1 s mid-move: the trajectory's time advances by two periods, not
+    # by the stall, so the target does not jump ahead for the joints' PD to chase (they would
+    # move faster than max_velocity: 1.67 rad/s against 0.5 in bench/hardware_path.py).
+    r = Robot()
+    assert r.sup.go_default(r.t)[0]
+    r.run(0.8)
+    progress = r.bringup()['progress']
+    before = r.out.position.copy()
+    out = r.step(dt=0.1)
+    assert out.bringup
+    duration = r.bringup()['duration_s']
+    assert r.bringup()['progress'] == pytest.approx(progress + 2 * DT / duration, abs=2e-4)
+    assert np.abs(out.position - before).max() <= 0.5 * 2 * DT + 1e-9
+    r.run(duration)                                 # and it still arrives
+    assert r.bringup()['phase'] == 'holding'
+
+
 def test_the_stage_limits_bind_when_tighter_than_max_velocity():
     # Stage 0.10 of velocity_limit 2 rad/s: 0.2 rad/s, below bringup.max_velocity 0.5.
     r = Robot(stages=[0.1, 1.0])

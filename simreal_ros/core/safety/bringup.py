@@ -86,6 +86,8 @@ class Bringup:
         self.cancels = 0
         self.since = None       # when the current phase began
         self.ended_progress = None
+        self.elapsed = 0.0      # trajectory time: advances at most max_step per update
+        self.last_update = None
 
     @property
     def active(self):
@@ -103,6 +105,7 @@ class Bringup:
         self.duration = plan_duration(self.goal - self.start, PLAN_FRACTION * self.speed, accel,
                                       min_duration)
         self.t0 = float(now)
+        self.elapsed, self.last_update = 0.0, float(now)
         self.phase, self.cause, self.since = 'moving', '', float(now)
         self.last = None
         self.clips = 0
@@ -114,10 +117,17 @@ class Bringup:
             return 0.0
         if self.duration <= 0.0:
             return 1.0
-        return min(max((float(now) - self.t0) / self.duration, 0.0), 1.0)
+        return min(max(self.elapsed / self.duration, 0.0), 1.0)
 
-    def update(self, now):
-        """Move on from `moving` to `holding` once the trajectory's time is over."""
+    def update(self, now, max_step=math.inf):
+        """Advance the trajectory's time by the time since the last update, at most
+        `max_step` (a stalled supervisor resumes where it stopped instead of jumping ahead: the
+        target would jump, and the joints' PD would chase it faster than the speed limit; seen
+        in bench/hardware_path.py, 1.67 rad/s against 0.5), and move on from `moving` to
+        `holding` once it is over."""
+        if self.phase == 'moving' and self.last_update is not None:
+            self.elapsed += min(max(float(now) - self.last_update, 0.0), max_step)
+        self.last_update = float(now)
         if self.phase == 'moving' and self.progress(now) >= 1.0:
             self.phase, self.since = 'holding', float(now)
         return self.phase

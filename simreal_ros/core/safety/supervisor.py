@@ -258,6 +258,10 @@ class SupervisorConfig:
                    reject_trip_count=int(p.get('reject_trip_count', 10)), mode=mode, **extra)
 
 
+# A bring-up's trajectory advances at most this many periods per tick (bringup.Bringup.update).
+LATE_STEP_PERIODS = 2.0
+
+
 def _bringup_params(p, names, limits, source):
     """Validate the bring-up parameters (`bringup.*`); ConfigError naming the parameter."""
     n = len(names)
@@ -833,7 +837,7 @@ class Supervisor:
         it now; or a target the filter rejected: the caller's safe sequence)."""
         b = self.bringup
         self.stage.accrue(now, False)
-        if b.update(now) == 'moving':
+        if b.update(now, LATE_STEP_PERIODS * self.cfg.period_s) == 'moving':
             reason = f'bring-up: moving to the default pose ({b.progress(now) * 100:.0f} %)'
         else:
             if stale is not None:
