@@ -136,3 +136,23 @@ def test_g1_model_loads_with_a_floating_base_and_imu(g1_dir):
     reading = plant.measure()
     assert 7.0 < reading.linear_acceleration[2] < 12.0
     assert reading.orientation.shape == (4,) and reading.base_position[2] > 0.6
+
+
+def test_a_hung_g1_keeps_its_base_while_its_legs_move_and_drops_when_lowered(g1_dir):
+    params = load_node_params(resolve_path('config/robots/g1_12dof.yaml'), 'sim_robot')
+    plant = SimPlant(resolve_path(params['model_path']), params['joint_names'],
+                     params['physics_dt'], params['kp'], params['kd'])
+    plant.hang(True)
+    base = plant.measure().base_position.copy()
+    bent = [-0.4, 0, 0, 0.8, -0.4, 0] * 2
+    for _ in range(500):          # 1 s: knees bent, hanging
+        plant.submit(plant.make_command(plant.names, position=bent))
+        plant.step(1)
+    reading = plant.measure()
+    assert np.allclose(reading.base_position, base)
+    assert reading.position[3] == pytest.approx(0.8, abs=0.1)    # the legs did move
+    plant.hang(False)
+    for _ in range(250):
+        plant.submit(plant.make_command(plant.names, position=bent))
+        plant.step(1)
+    assert plant.measure().base_position[2] < base[2] - 0.02      # lowered: it drops

@@ -193,6 +193,7 @@ class SimPlant:
         self.timeouts = 0
         self._timed_out = np.ones(self.n, dtype=bool)  # no command yet: the damping fallback
         self.base_body = self._free_base_body()
+        self._pin = None     # (qpos adr, dof adr, pose): the base held by a gantry, or None
         if initial_position is not None:
             self.data.qpos[self.qadr] = np.asarray(initial_position, dtype=float)
         mujoco.mj_forward(self.model, self.data)
@@ -255,6 +256,22 @@ class SimPlant:
     @property
     def floating_base(self):
         return self.base_body is not None
+
+    def hang(self, pinned=True):
+        """Hold the floating base where it is (a robot hanging in its gantry) or let it go.
+        While hung the legs move freely and the base neither falls nor moves."""
+        if not self.floating_base:
+            return
+        if not pinned:
+            self._pin = None
+            return
+        jnt = self.model.body_jntadr[self.base_body]
+        qa, va = self.model.jnt_qposadr[jnt], self.model.jnt_dofadr[jnt]
+        self._pin = (qa, va, self.data.qpos[qa:qa + 7].copy())
+
+    @property
+    def hung(self):
+        return self._pin is not None
 
     @property
     def time(self):
@@ -383,6 +400,10 @@ class SimPlant:
             self.applied = applied
             self._write_torque(applied)
             mujoco.mj_step(m, d)
+            if self._pin is not None:
+                qa, va, pose = self._pin
+                d.qpos[qa:qa + 7] = pose
+                d.qvel[va:va + 6] = 0.0
 
     def _write_torque(self, tau):
         # The joint -> actuator / dof maps are fixed: indexed once, not masked every step (the

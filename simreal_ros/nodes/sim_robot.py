@@ -27,8 +27,12 @@ publish the robot's topics on the robot's network) and `unitree.domain_id`. As t
 it drops a command whose CRC does not match or whose `mode_machine` is not its own (counted),
 applies each motor's own q, dq, tau, kp, kd (motor mode 0 = no torque), and obeys the last
 command for ever: the damping when a host goes silent is the host's job (`unitree_bridge`).
-`sim/remote_buttons` (std_msgs/String, names such as "L2,R2"; "" releases) presses the
-simulated wireless remote's buttons, to rehearse a remote e-stop.
+`sim/remote_buttons` (std_msgs/String, names such as "select" or "L2,R2"; "" releases) presses
+the simulated wireless remote's buttons, to rehearse a remote e-stop.
+
+A floating-base robot can hang in a gantry (`gantry: true`): the base is held where it is and
+the legs move freely, as a humanoid hangs from its hoist for the bring-up; `sim/gantry`
+(std_msgs/Bool) false lowers it, true hangs it again.
 """
 import json
 import threading
@@ -102,6 +106,8 @@ class SimRobot(Node):
         self._commanded = False
         self.publish_clock = p['publish_clock']
         self._lockstep_init(p)   # lockstep mode (issue 6): implies publish_clock
+        if p['gantry']:
+            self.plant.hang(True)
         self.model_path = model_path
 
         self.counters = dict(commands_received=0, commands_rejected=0, ticks=0, overruns=0,
@@ -137,6 +143,10 @@ class SimRobot(Node):
         else:
             self._unitree_init(p, group)
         self.pub_driver = self.create_publisher(String, 'driver/state', LATCHED_QOS)
+        if self.plant.floating_base:
+            from std_msgs.msg import Bool
+            self.create_subscription(Bool, 'sim/gantry', self._on_gantry, 10,
+                                     callback_group=group)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._running = True
         if self.lockstep:
@@ -207,6 +217,10 @@ class SimRobot(Node):
                                          "node's publishing at the joint_states rate, not needed "
                                          'at it (Hz)', low=0.1, high=5000.0, read_only=True)
         p.update(self._lockstep_declare())
+        p['gantry'] = declare(self, 'gantry', False, 'floating base: start hanging in a gantry '
+                              '(the base held where it is, the legs free) until sim/gantry '
+                              '(std_msgs/Bool) false lowers it; true hangs it again',
+                              read_only=True)
         p['interface'] = declare(self, 'interface', 'ros', "'ros': hardware/command in, "
                                  "joint_states/imu out; 'unitree_hg' (G1, H1_2) or 'unitree_go' "
                                  '(Go2, H1): rt/lowcmd in, rt/lowstate out over CycloneDDS, as '
@@ -552,6 +566,11 @@ class SimRobot(Node):
         self._remote = unitree.remote_bytes()
         self.create_subscription(String, 'sim/remote_buttons', self._on_remote, 10,
                                  callback_group=group)
+
+    def _on_gantry(self, msg):
+        with self._lock:
+            self.plant.hang(bool(msg.data))
+        self.get_logger().info('gantry: ' + ('hanging' if msg.data else 'lowered'))
 
     def _on_remote(self, msg):
         names = [b.strip() for b in msg.data.split(',') if b.strip()]
