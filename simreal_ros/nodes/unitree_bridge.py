@@ -35,7 +35,7 @@ from std_srvs.srv import Trigger
 from simreal_ros.core import unitree
 from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
-                                      declare, declare_priority, run)
+                                      PolledSubscription, declare, declare_priority, run)
 
 SHUTDOWN_DAMPING_SENDS = 10
 
@@ -81,11 +81,28 @@ class UnitreeBridge(Node):
         self.pub_imu = self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
         self.pub_driver = self.create_publisher(String, 'driver/state', LATCHED_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_subscription(JointState, 'hardware/command', self._on_command, COMMAND_QOS,
-                                 callback_group=group)
-        from diagnostic_msgs.msg import DiagnosticStatus as Heartbeat
-        self.create_subscription(Heartbeat, 'safety/heartbeat', self._on_heartbeat,
-                                 COMMAND_QOS, callback_group=group)
+        self._polled = []
+        poll = p['poll_inputs']
+        if poll:
+            # Taken at the start of each tick: one executor callback per period instead of
+            # one per command (500 Hz) and heartbeat as well (as the supervisor's poll_inputs).
+            try:
+                self._polled = [
+                    (PolledSubscription(self, JointState, 'hardware/command', COMMAND_QOS),
+                     self._on_command),
+                    (PolledSubscription(self, DiagnosticStatus, 'safety/heartbeat',
+                                        COMMAND_QOS), self._on_heartbeat)]
+            except (AttributeError, ImportError, TypeError) as exc:
+                for sub, _ in self._polled:
+                    sub.destroy()
+                self._polled, poll = [], False
+                self.get_logger().warning(f'poll_inputs unavailable with this rclpy ({exc}): '
+                                          'a callback per message instead')
+        if not poll:
+            self.create_subscription(JointState, 'hardware/command', self._on_command,
+                                     COMMAND_QOS, callback_group=group)
+            self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
+                                     COMMAND_QOS, callback_group=group)
         self.cli_estop = self.create_client(Trigger, 'safety/estop')
         self.cli_reset = self.create_client(Trigger, 'safety/reset')
         self.create_timer(1.0 / self.rate_hz, self._tick, callback_group=group,
@@ -164,6 +181,10 @@ class UnitreeBridge(Node):
         p['imu_frame_id'] = declare(self, 'imu_frame_id', 'imu_link', 'imu header frame_id',
                                     read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        p['poll_inputs'] = declare(self, 'poll_inputs', True, 'take hardware/command and '
+                                   'safety/heartbeat at the start of each tick instead of an '
+                                   'executor callback per message (false = callbacks)',
+                                   read_only=True)
         return p
 
     # -- inputs ---------------------------------------------------------------------------
@@ -182,6 +203,9 @@ class UnitreeBridge(Node):
 
     # -- the loop -------------------------------------------------------------------------
     def _tick(self):
+        for sub, handler in self._polled:
+            for msg in sub.take_all():
+                handler(msg)
         now = time.monotonic()
         newest = None
         for rec in self.lowstate.take():
@@ -282,6 +306,12 @@ class UnitreeBridge(Node):
         out = DiagnosticArray(status=[status])
         out.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(out)
+
+    def destroy_node(self):
+        for sub, _ in getattr(self, '_polled', ()):
+            sub.destroy()
+        self._polled = []
+        return super().destroy_node()
 
     def before_shutdown(self):
         """Leave the robot damped, not on its last target (it obeys the last thing heard)."""
