@@ -79,9 +79,18 @@ def test_the_arm_moves_through_the_bridge_and_a_corrupted_command_is_ignored(ros
         diags = rig.watch(DiagnosticArray, '/diagnostics')
         rig.wait_forwarding()
         q0 = list(rig.probe.target)
-        rig.probe.target = [q0[0] + 0.2, q0[1], q0[2]]
-        wait_for(lambda: abs(rig.probe.joint_states.position[0] - (q0[0] + 0.2)) < 0.03, 10,
-                 what='shoulder_yaw at its new target, through the bridge')
+        # A step within the reset checks (0.03 rad, 3 N*m at kp 100 < the stage's 4 N*m): a
+        # larger one leaves the policy's command far from the state, and after any hiccup of
+        # the test's stand-in policy the supervisor rightly refuses to forward it again.
+        step = 0.03
+        rig.probe.target = [q0[0] + step, q0[1], q0[2]]
+        try:
+            wait_for(lambda: abs(rig.probe.joint_states.position[0] - (q0[0] + step)) < 0.006,
+                     10, what='shoulder_yaw at its new target, through the bridge')
+        except AssertionError as exc:
+            raise AssertionError(f'{exc}: q {list(rig.probe.joint_states.position)} from '
+                                 f'{q0}, output {rig.state("output")} '
+                                 f'({rig.state("safe_reason")})\n{rig.logs()}') from None
         # A corrupted command (a far target at high gain, CRC off by one bit): the robot
         # ignores it, as the real one does.
         bad = unitree.new('unitree_hg', 'LowCmd_')
@@ -96,9 +105,9 @@ def test_the_arm_moves_through_the_bridge_and_a_corrupted_command_is_ignored(ros
             writer.write(bad)
             time.sleep(0.002)
         time.sleep(0.3)
-        moved = max(abs(m.position[0] - (q0[0] + 0.2))
+        moved = max(abs(m.position[0] - (q0[0] + step))
                     for _, m in rig.joint_states.since(t_bad))
-        assert moved < 0.03, f'the arm followed a command with a bad CRC ({moved:.3f} rad)'
+        assert moved < 0.01, f'the arm followed a command with a bad CRC ({moved:.3f} rad)'
 
         def rejected():
             for _, msg in reversed(diags.all()):
@@ -181,9 +190,17 @@ def test_the_remote_estop_stops_the_robot_and_its_reset_buttons_reset(ros, tmp_p
     with Rig(ARM3, bridge={}, tmp=str(tmp_path)) as rig:
         states = driver_states(rig)
         buttons = rig.node.create_publisher(String, 'sim/remote_buttons', 10)
+        wait_for(lambda: buttons.get_subscription_count() > 0, 30, what='sim/remote_buttons')
         rig.wait_forwarding()
-        buttons.publish(String(data='select'))
-        wait_for(lambda: rig.state('estop'), 5, what='the supervisor e-stopped by the remote')
+
+        def press(names):
+            def pressed():   # the simulated remote holds the buttons; re-sent until seen
+                buttons.publish(String(data=names))
+                return True
+            return pressed
+        press('select')()
+        wait_for(lambda: rig.state('estop') or not press('select')(), 10, interval=0.2,
+                 what='the supervisor e-stopped by the remote')
         wait_for(lambda: json.loads(states.all()[-1][1].data)['cause'] == 'remote e-stop', 5,
                  what='the bridge latched on the remote e-stop')
         buttons.publish(String(data=''))
@@ -192,7 +209,8 @@ def test_the_remote_estop_stops_the_robot_and_its_reset_buttons_reset(ros, tmp_p
         assert json.loads(states.all()[-1][1].data)['cause'] == 'remote e-stop'
         rig.probe.hold_current()             # what a reset needs: the policy at the pose
         time.sleep(0.3)
-        buttons.publish(String(data='start'))
-        wait_for(lambda: not rig.state('estop'), 5, what='the remote reset accepted')
+        press('start')()
+        wait_for(lambda: not rig.state('estop') or not press('start')(), 10, interval=0.2,
+                 what='the remote reset accepted')
         wait_for(lambda: json.loads(states.all()[-1][1].data)['cause'] == 'commanded', 5,
                  what='the bridge commanding again')

@@ -70,6 +70,9 @@ class UnitreeBridge(Node):
                              remote_service_unavailable=0)
         self.last_reject = ''
         self.last_error = ''
+        self._pending_remote = None      # 'estop' / 'reset' not yet delivered to the supervisor
+        self._pending_since = None
+        self._pending_reported = False
         self._driver_state = None
         self._joint_msg = JointState(name=list(cfg.joint_names))
         self._imu_msg = Imu()
@@ -214,6 +217,7 @@ class UnitreeBridge(Node):
             if event is not None:
                 self._remote(event)
         if newest is not None:
+            self._call_remote()
             self._publish_state()
         out, cause = self.core.compose(now)
         if out is not None:
@@ -243,17 +247,32 @@ class UnitreeBridge(Node):
         self.pub_imu.publish(imu)
 
     def _remote(self, event):
-        """The remote's e-stop (already damping here) or reset: ask the supervisor too."""
-        client = self.cli_estop if event == 'estop' else self.cli_reset
+        """The remote's e-stop (already damping here) or reset: ask the supervisor too. A
+        service not (yet) discovered is asked again every tick until it answers the call: the
+        e-stop must reach the supervisor, and the bridge damps meanwhile."""
         self.get_logger().warn(f'wireless remote: {event} buttons pressed'
-                               + (' - damping, safety/estop called' if event == 'estop'
-                                  else ' - safety/reset called'))
-        if not client.service_is_ready():
-            self.counters['remote_service_unavailable'] += 1
-            self.get_logger().error(f'{client.srv_name} not available: '
-                                    + ('this bridge damps on its own until the remote resets'
-                                       if event == 'estop' else 'not reset'))
+                               + (' - damping, calling safety/estop' if event == 'estop'
+                                  else ' - calling safety/reset'))
+        # An e-stop supersedes a pending reset; a reset never replaces a pending e-stop.
+        if event == 'estop' or self._pending_remote != 'estop':
+            self._pending_remote = event
+            self._pending_since = time.monotonic()
+        self._call_remote()
+
+    def _call_remote(self):
+        event = self._pending_remote
+        if event is None:
             return
+        client = self.cli_estop if event == 'estop' else self.cli_reset
+        if not client.service_is_ready():
+            if not self._pending_reported:
+                self.counters['remote_service_unavailable'] += 1
+                self.get_logger().error(f'{client.srv_name} not available yet: asking again '
+                                        'every tick' + ('; this bridge damps meanwhile'
+                                                        if event == 'estop' else ''))
+                self._pending_reported = True
+            return
+        self._pending_remote, self._pending_reported = None, False
         self.counters['remote_service_calls'] += 1
         future = client.call_async(Trigger.Request())
         if event == 'reset':
