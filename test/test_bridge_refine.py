@@ -93,3 +93,22 @@ def test_sysid_recordings_replay_in_the_bridge(runs, tmp_path):
     np.testing.assert_allclose(rec.cmd_position, ident.cmd_position)
     res, _ = session.gap(rec, true, 'true')
     assert res.passed and res.value <= 1.2 * res.noise_floor['overall']
+
+
+def test_refinement_uses_only_mujoco_sysids_public_api(monkeypatch):
+    """No module imports mujoco.sysid's private _src; a mujoco.sysid without the public
+    functions refine needs is a clear RefinementError naming them, not an AttributeError."""
+    import ast
+    import mujoco.sysid
+
+    from simreal_ros.core.bridge import refine
+    from pathlib import Path
+    for path in (Path(REPO) / 'simreal_ros').rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ''] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert not any('_src' in n.split('.') for n in names), f'{path}: {names}'
+    assert refine._import_sysid() is mujoco.sysid
+    monkeypatch.delattr(mujoco.sysid, 'calculate_intervals')
+    with pytest.raises(refine.RefinementError, match='calculate_intervals'):
+        refine._import_sysid()

@@ -58,13 +58,23 @@ class Refinement:
 
 
 def _import_sysid():
+    """mujoco.sysid's public API (the `mujoco[sysid]` extra; the version is pinned in
+    requirements/constraints.txt): ParameterDict, Parameter, optimize and calculate_intervals,
+    re-exported at the package's top level. No private module is imported; a MuJoCo whose
+    sysid lacks one of them is named in a clear error."""
     try:
-        from mujoco.sysid._src import optimize as sysid_optimize
-        from mujoco.sysid._src import parameter as sysid_parameter
+        import mujoco.sysid as sysid
     except ModuleNotFoundError as exc:
         raise RefinementError(f'mujoco.sysid needs the mujoco[sysid] extra ({exc.name} is not '
-                              'installed): pip install absl-py colorama tabulate') from exc
-    return sysid_optimize, sysid_parameter
+                              'installed): pip install "mujoco[sysid]"') from exc
+    missing = [n for n in ('ParameterDict', 'Parameter', 'optimize', 'calculate_intervals')
+               if not hasattr(sysid, n)]
+    if missing:
+        import mujoco
+        raise RefinementError(f'mujoco {mujoco.__version__}: mujoco.sysid lacks {missing}; '
+                              'simreal_ros is tested with the version in '
+                              'requirements/constraints.txt')
+    return sysid
 
 
 class _Problem:
@@ -153,7 +163,7 @@ def refine(replayer, recordings, start, joints=None, fit_latency=True, skip_s=0.
     fit_latency: fit the command latency too.
     """
     import cma
-    sysid_optimize, sysid_parameter = _import_sysid()
+    sysid = _import_sysid()
     log = log or (lambda msg: None)
     wall = time.monotonic()
     joints = list(replayer.names if joints is None else joints)
@@ -189,10 +199,10 @@ def refine(replayer, recordings, start, joints=None, fit_latency=True, skip_s=0.
         log(f'refine: CMA-ES {es.result.evaluations} evaluations -> cost {cost_cma:.4g}')
 
     # 2. Gauss-Newton (Levenberg-Marquardt) on everything with mujoco.sysid.
-    pdict = sysid_parameter.ParameterDict()
-    pdict.add(sysid_parameter.Parameter('x', x_cma, prob.lower, prob.upper))
+    pdict = sysid.ParameterDict()
+    pdict.add(sysid.Parameter('x', x_cma, prob.lower, prob.upper))
     logging.getLogger('absl').setLevel(logging.ERROR)
-    opt, result = sysid_optimize.optimize(pdict, prob.residual_fn, optimizer='mujoco',
+    opt, result = sysid.optimize(pdict, prob.residual_fn, optimizer='mujoco',
                                           verbose=False, max_iters=max_iters, eps=1e-5,
                                           output=io.StringIO())
     x_opt = np.asarray(opt['x'].value, float).reshape(-1)
@@ -201,7 +211,7 @@ def refine(replayer, recordings, start, joints=None, fit_latency=True, skip_s=0.
     jac, _ = mj_minimize.jacobian_fd(lambda x: prob.residual_fn(x)[0][0], x_opt[:, None],
                                      r_opt[:, None], 1e-5, 0,
                                      [prob.lower[:, None], prob.upper[:, None]])
-    _, half = sysid_optimize.calculate_intervals([r_opt], np.asarray(jac))
+    _, half = sysid.calculate_intervals([r_opt], np.asarray(jac))
     cost_final = float(r_opt @ r_opt) / r_opt.size
     if cost_final > cost_cma:       # never hand back something worse than the CMA point
         x_opt, cost_final = x_cma, cost_cma
