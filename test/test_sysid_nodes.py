@@ -250,6 +250,42 @@ def test_start_refused_without_supervisor(setup):
         del sim
 
 
+def test_start_refused_when_joint_states_carry_no_effort(setup):
+    """A driver that publishes positions and velocities only: friction identification fits
+    torque, so it refuses, naming the topic, instead of fitting zeros; nothing is commanded."""
+    import threading
+    from sensor_msgs.msg import JointState
+    from simreal_ros.nodes.common import SENSOR_PUB_QOS
+    path, tmp, _ = setup
+    with NodeProcess('friction_id', path) as node:
+        client = Client('friction_id')
+        pub = client.node.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+        stop = threading.Event()
+
+        def driver():     # the far side: a driver without effort, at 100 Hz
+            while not stop.is_set():
+                msg = JointState(name=['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch'],
+                                 position=[0.0, 0.1, 0.2], velocity=[0.0, 0.0, 0.0])
+                msg.header.stamp = client.node.get_clock().now().to_msg()
+                pub.publish(msg)
+                stop.wait(0.01)
+        thread = threading.Thread(target=driver, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: 'ready' in node.output(), 120.0, what='node ready')
+            reply = wait_for(
+                lambda: (lambda r: r if 'no joint_states with every joint' not in r.message
+                         else None)(client.call(client.start)), 60.0, interval=1.0,
+                what='joint_states seen by friction_id')
+            assert not reply.success, reply.message
+            assert 'no effort' in reply.message and '/joint_states' in reply.message
+            assert client.commands == []
+        finally:
+            stop.set()
+            thread.join(timeout=2)
+            client.close()
+
+
 def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
     """Through safety_supervisor: a start while e-stopped is refused; select sysid, start, a
     second experiment refused with the holder's name, e-stop mid-run: no result."""

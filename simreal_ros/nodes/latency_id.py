@@ -16,6 +16,7 @@ from simreal_ros.nodes.sysid_experiment import SysidNode
 class LatencyId(SysidNode):
     KIND = 'latency'
     NODE_NAME = 'latency_id'
+    NEEDS_EFFORT = False     # positions only; effort (when present) checks saturation
 
 
 def main(args=None):

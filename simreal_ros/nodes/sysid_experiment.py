@@ -77,6 +77,9 @@ class SysidNode(Node):
     """Base of the three SysID nodes; subclasses set KIND and NODE_NAME."""
 
     KIND = None
+    # Whether the method needs the measured torque (joint_states' effort): friction and
+    # inertia fit torque; latency fits positions and uses effort only to check saturation.
+    NEEDS_EFFORT = True
     NODE_NAME = None
 
     def __init__(self):
@@ -101,6 +104,7 @@ class SysidNode(Node):
         self.session = None
         self.workers = []
         self.latest = None            # (arrival on the steady clock, q, qd, tau)
+        self.samples_without_effort = 0   # joint_states without effort, not used
         self.supervisor = None        # last safety/state mapping
         self.status = 'idle'
         self._design_token = None
@@ -228,6 +232,12 @@ class SysidNode(Node):
         if parsed is None:
             return
         q, qd, tau = parsed
+        if any(math.isnan(tau[self.index[j]]) for j in self.joints):
+            if self.NEEDS_EFFORT:
+                # Never a zero in place of a missing torque: the sample is not used, counted.
+                self.samples_without_effort += 1
+                return
+            tau = [0.0 if math.isnan(v) else v for v in tau]
         now = self.get_clock().now().nanoseconds * 1e-9
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         # Freshness by arrival on a steady clock: a simulator catching up on /clock makes ROS
@@ -244,7 +254,7 @@ class SysidNode(Node):
             return None
         q = [math.nan] * n
         qd = [math.nan] * n
-        tau = [0.0] * n
+        tau = [math.nan] * n      # NaN: no effort in the message (never read as zero)
         for k, name in enumerate(msg.name):
             i = self.index.get(name)
             if i is not None:
@@ -325,6 +335,13 @@ class SysidNode(Node):
             return False, ('no joint_states with every joint of joint_names: is the robot (or '
                            'sim_robot) running?')
         self.latest = (time.monotonic(),) + state
+        no_effort = [j for j in self.joints if math.isnan(state[2][self.index[j]])]
+        if no_effort and self.NEEDS_EFFORT:
+            return False, (f'joint_states carries no effort for {no_effort}: {self.KIND} '
+                           'identification fits the measured torque (the effort field of '
+                           f'{self.resolve_topic_name("joint_states")}); publish it from the '
+                           'driver (the applied or measured torque), or identify latency, '
+                           'which does without it')
         problem = self._supervisor_problem(starting=True)
         if problem:
             return False, problem
@@ -333,9 +350,11 @@ class SysidNode(Node):
         self._design_token = token = object()
         threading.Thread(target=self._design, args=(token, self.latest[1]),
                          daemon=True).start()
+        note = (f'; joint_states carries no effort for {no_effort}: identified from positions '
+                'alone, the torque-saturation check skipped' if no_effort else '')
         return True, (f'{self.KIND} identification of {self.joints} accepted: designing the '
                       f'experiment; progress on {self.get_fully_qualified_name()}/progress, the '
-                      'result on sysid/result')
+                      f'result on sysid/result{note}')
 
     def _design(self, token, hold):
         """Build and check the session (worker thread), then start commanding."""
@@ -448,6 +467,8 @@ class SysidNode(Node):
                 self._finish(session)
 
     def _publish_progress(self, info):
+        if self.samples_without_effort:
+            info = dict(info, samples_without_effort=self.samples_without_effort)
         self.pub_progress.publish(String(data=json.dumps(info)))
         if info.get('joint') is not None:
             self.get_logger().info(
