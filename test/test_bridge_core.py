@@ -165,6 +165,32 @@ def test_mcap_round_trip_and_subset_commands(arm3, tmp_path):
         read_mcap(str(tmp_path / 'missing.mcap'))
 
 
+def test_randomisation_widths_follow_the_intervals_where_they_are_wider_than_the_floor(
+        arm3, tmp_path):
+    """The exported ranges are 2 x the 95 % half-width where that exceeds the 10 % floor:
+    an export that ignored the intervals (floor only) fails here."""
+    from simreal_ros.core.bridge.export import DR_FLOOR_FRACTION, DR_INTERVAL_SCALE
+    s, rec = arm3['session'], arm3['rec']
+    p = arm3['params'].copy()
+    wide = {key: 0.3 * np.abs(getattr(p, key)) + 1e-3
+            for key in ('damping', 'frictionloss', 'armature')}     # 2 x 0.3 > 0.1
+    p.interval = dict(wide, latency_s=1e-4)
+    paths = s.export(str(tmp_path / 'wide'), p, s.evaluate(rec, p, 'test'), rec)
+    with open(paths['domain_randomization']) as f:
+        dr = yaml.safe_load(f)
+    checked = 0
+    for i, joint in enumerate(arm3['names']):
+        for key, half in wide.items():
+            value = float(getattr(p, key)[i])
+            expected = DR_INTERVAL_SCALE * half[i]
+            if expected <= DR_FLOOR_FRACTION * abs(value) or value - expected < 0:
+                continue
+            lo, hi = dr['joints'][joint][key]
+            assert (hi - lo) / 2 == pytest.approx(expected, rel=1e-9), (joint, key)
+            checked += 1
+    assert checked >= 6, checked
+
+
 def test_export_loads_in_plain_mujoco_and_reproduces_the_replay(arm3, tmp_path):
     s, rec = arm3['session'], arm3['rec']
     p = arm3['params'].copy()

@@ -126,6 +126,25 @@ def test_latency_recovered_sub_sample_and_servo_lag_not_counted(nominal, sim):
     assert baseline_latency(rec, exp)['latency'] > 0.0137 + 0.005
 
 
+def test_latency_estimate_resolves_between_samples(nominal, sim):
+    """A true latency half-way between two 2 ms samples (13.1 ms: the grid offers 12 and 14):
+    a whole-sample estimator is at least 0.9 ms off; the tolerance is 0.3 ms."""
+    true = 0.0131
+    sample = 0.002
+    assert abs(round(true / sample) * sample - true) > 0.00089 > 0.0003
+    tr = truth(sim, latency_s=true)
+    s = short('latency')
+    plant = make_plant(sim, tr)
+    exp = design_for('latency', 'shoulder_yaw', s, nominal, np.zeros(3))
+    rec = record(plant, exp)
+    assert float(np.median(np.diff(rec.t))) == pytest.approx(sample, rel=1e-6)
+    params = {'armature': tr.armature, 'viscous_damping': tr.viscous_damping,
+              'coulomb_friction': tr.coulomb_friction}
+    fit = estimate_latency(rec, exp, nominal, params, s.kp, s.kd, 0.001, s.max_latency_s,
+                           s.torque_limit[0])
+    assert abs(fit.value('latency') - true) < 0.0003, fit.value('latency')
+
+
 def test_blocked_joint_is_reported_not_estimated(nominal, sim):
     # Dry friction far above what the SysID torque limit lets the servo apply: no motion.
     tr = truth(sim, coulomb_friction=[0.8, 0.6, 30.0])
