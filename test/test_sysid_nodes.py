@@ -379,3 +379,68 @@ def test_time_going_back_stops_the_run(setup):
             assert client.results == []
         finally:
             client.close()
+
+
+@pytest.mark.parametrize('kind,parameter', [('inertia', 'armature'), ('latency', 'latency')])
+def test_inertia_and_latency_nodes_run_end_to_end_through_the_supervisor(setup, tmp_path,
+                                                                          kind, parameter):
+    """inertia_id and latency_id as processes, their commands forwarded by safety_supervisor
+    to sim_robot (no remap): select sysid, start, a result with an interval (or a named
+    failure) on sysid/result, the raw data kept."""
+    from std_srvs.srv import SetBool
+    from simreal_ros.core.sysid.records import read_mcap
+    path, _, truth = setup
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    sup = data['/**/safety_supervisor']['ros__parameters']
+    sup.update(use_sim_time=True, stages=[1.0], joint_states_timeout_s=1.0,
+               sysid_timeout_s=1.0, stage_file=str(tmp_path / 'stages.json'))
+    node_name = f'{kind}_id'
+    section = data[f'/**/{node_name}']['ros__parameters']
+    section.update(joints=['elbow_pitch'], results_dir=str(tmp_path / 'results'),
+                   joint_states_timeout_s=5.0, use_sim_time=True,
+                   **({'inertia_duration_s': 4.0} if kind == 'inertia'
+                      else {'latency_duration_s': 3.0}))
+    run_path = tmp_path / f'{kind}.yaml'
+    run_path.write_text(yaml.dump(data, Dumper=NoAliasDumper))
+    with NodeProcess('sim_robot', run_path), NodeProcess('safety_supervisor', run_path), \
+            NodeProcess(node_name, run_path) as node:
+        client = Client(node_name)
+        select = client.node.create_client(SetBool, '/safety/select_sysid')
+        try:
+            wait_for(lambda: select.service_is_ready(), 60.0, what='select_sysid')
+            future = select.call_async(SetBool.Request(data=True))
+            wait_for(future.done, 60.0, what='select_sysid response')
+            assert future.result().success, future.result().message
+            reply = wait_for(
+                lambda: (lambda r: r if r.success else None)(client.call(client.start)),
+                120.0, interval=1.0, what=f'{node_name} to accept ~/start')
+            assert 'designing' in reply.message, reply.message
+            text = wait_for(lambda: client.results[-1] if client.results else None, 240.0,
+                            what=f'sysid/result of {node_name}\n{node.output()[-2000:]}')
+        finally:
+            client.close()
+    doc = yaml.safe_load(text)
+    assert doc['experiment'] == kind and doc['robot'] == 'arm3'
+    got = {r['parameter']: r for r in doc['results']}
+    if parameter in got:
+        est = got[parameter]
+        lo, hi = est['interval']
+        assert lo < est['value'] < hi, est
+        if kind == 'latency':
+            # the plant's hidden latency plus the ROS path (SysID command -> supervisor ->
+            # hardware/command: 3.5-4.3 ms in bench/sysid_ros.py on an idle machine, 26 ms
+            # here once beside a benchmark), never less than the plant's; its accuracy is
+            # test_sysid_core's and bench/sysid_ros.py's
+            true = truth['latency_s']
+            assert true - 0.001 <= est['value'] <= section['max_latency_s'], (est, true)
+        else:
+            true = truth['armature'][2]
+            assert est['value'] == pytest.approx(true, rel=0.3) or lo <= true <= hi, (est, true)
+        data_file = est['data_file']
+    else:
+        (fail,) = doc['failures']
+        assert fail['joint'] == 'elbow_pitch' and fail['reason'], fail
+        data_file = fail['data_file']
+    rec = read_mcap(data_file)
+    assert len(rec.t) > 100 and len(rec.cmd_t) > 100
