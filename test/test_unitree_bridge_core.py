@@ -162,8 +162,8 @@ def test_a_joint_whose_command_stopped_is_damped_alone():
 
 
 @pytest.mark.parametrize('names,position,match', [
-    (['hip', 'wrist', 'knee'], [0, 0, 0], 'unknown joints'),
-    (['hip', 'hip', 'knee'], [0, 0, 0], 'repeats'),
+    (['hip', 'wrist', 'knee'], [0, 0, 0], 'unknown joint name'),
+    (['hip', 'hip', 'knee'], [0, 0, 0], 'duplicate joint names'),
     (['hip', 'knee', 'ankle'], [0, np.nan, 0], 'non-finite'),
     (['hip', 'knee', 'ankle'], [0, 0], '2 values for 3'),
     ([], [], 'no joints'),

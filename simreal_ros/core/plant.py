@@ -24,6 +24,7 @@ import math
 import mujoco
 import numpy as np
 
+from simreal_ros.core.commands import joint_indices, parse_joint_command
 from simreal_ros.core.config import ConfigError
 
 _ONE_DOF = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
@@ -280,32 +281,11 @@ class SimPlant:
     # -- commands -------------------------------------------------------------------------
     def index_of(self, names):
         """Map names to joint indices; raise ValueError naming the unknown ones."""
-        lookup = {n: i for i, n in enumerate(self.names)}
-        unknown = [n for n in names if n not in lookup]
-        if unknown:
-            raise ValueError(f'unknown joint name(s) {unknown}; this robot has {self.names}')
-        if len(set(names)) != len(names):
-            raise ValueError(f'duplicate joint names in command: {list(names)}')
-        return np.array([lookup[n] for n in names], dtype=int)
+        return joint_indices(names, self.names)
 
     def make_command(self, names, position=(), velocity=(), effort=()):
         """Validate a JointState-style command; raise ValueError with the reason when malformed."""
-        idx = self.index_of(list(names))
-        fields = {}
-        for key, values in (('position', position), ('velocity', velocity), ('effort', effort)):
-            arr = np.asarray(values, dtype=float).reshape(-1)
-            if arr.size == 0:
-                fields[key] = None
-                continue
-            if arr.size != idx.size:
-                raise ValueError(f'{key} has {arr.size} values for {idx.size} names')
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f'{key} has non-finite values')
-            fields[key] = arr
-        if idx.size == 0:
-            raise ValueError('command names no joints')
-        if all(v is None for v in fields.values()):
-            raise ValueError('command has no position, velocity or effort values')
+        idx, fields = parse_joint_command(names, self.names, position, velocity, effort)
         if self.command_mode == 'effort' and (fields['position'] is not None
                                               or fields['velocity'] is not None):
             raise ValueError("command_mode is 'effort': position/velocity targets are not used;"

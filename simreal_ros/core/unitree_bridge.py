@@ -27,6 +27,7 @@ import numpy as np
 
 from simreal_ros.core import unitree
 from simreal_ros.core.config import ConfigError
+from simreal_ros.core.commands import parse_joint_command
 
 
 @dataclass
@@ -154,30 +155,8 @@ class BridgeCore:
     # -- inputs ---------------------------------------------------------------------------
     def command(self, names, position=(), velocity=(), effort=(), now=0.0):
         """Take a hardware/command; ValueError (nothing changed) when it is malformed."""
-        names = list(names)
-        if not names:
-            raise ValueError('command names no joints')
-        if len(set(names)) != len(names):
-            raise ValueError(f'command repeats a joint name: {names}')
-        unknown = [x for x in names if x not in self.index]
-        if unknown:
-            raise ValueError(f'command names unknown joints {unknown} (this bridge drives '
-                             f'{list(self.index)})')
-        idx = np.asarray([self.index[x] for x in names], dtype=np.intp)
-        fields = {}
-        for key, values in (('position', position), ('velocity', velocity),
-                            ('effort', effort)):
-            arr = np.asarray(values, dtype=float).reshape(-1)
-            if arr.size == 0:
-                fields[key] = None
-                continue
-            if arr.size != idx.size:
-                raise ValueError(f'{key} has {arr.size} values for {idx.size} names')
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f'{key} has non-finite values')
-            fields[key] = arr
-        if all(v is None for v in fields.values()):
-            raise ValueError('command has no position, velocity or effort values')
+        idx, fields = parse_joint_command(names, self.cfg.joint_names, position, velocity,
+                                          effort)
         pos, vel, eff = fields['position'], fields['velocity'], fields['effort']
         self.q[idx] = pos if pos is not None else 0.0
         self.cmd_kp[idx] = self.kp[idx] if pos is not None else 0.0
