@@ -220,9 +220,13 @@ def test_stalled_supervisor_sends_nothing_computed_from_old_state(ros, tmp_path)
             # tick: the last output is repeated) or, when the executor took a queued joint state
             # first, slow (it computes from that state, which is new). Which one comes first is
             # the executor's order; both are counted, and the stall is measured.
+            # safety/state comes at 10 Hz: counters read before the stall may already be
+            # outrun by a slow tick of a loaded machine (CI: a 12 ms one). Wait for the
+            # stall's own gap, then for its late or slow tick in the same state.
+            wait_for(lambda: (drv.get('max_tick_gap_ms') or 0) >= 50.0, 10,
+                     what='the stall in max_tick_gap_ms')
             wait_for(lambda: (drv.get('late_ticks') or 0) + (drv.get('slow_ticks') or 0)
                      > late0 + slow0, 10, what='the late or slow tick')
-            assert (drv.get('max_tick_gap_ms') or 0) >= 50.0
             if (drv.get('late_ticks') or 0) == late0:
                 assert not drv.get('estop')
                 forwarding(drv)
