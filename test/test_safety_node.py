@@ -15,7 +15,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_srvs.srv import SetBool
 
 from rosproc import NodeProcess, wait_for
-from simreal_ros.client.rig import is_safe, SafetyProbe   # noqa: F401 - shared with benches
+from simreal_ros.client.rig import environment, is_safe, loopback_udp_env, SafetyProbe  # noqa: F401
 
 ARM = 'config/robots/arm3.yaml'
 NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
@@ -28,6 +28,10 @@ RECORD_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
 @pytest.fixture(scope='module')
 def rig(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('safety')
+    # Loopback UDP for this process and its nodes: the test SIGSTOPs sim_robot, and over
+    # shared memory a publish to a stopped process blocks (rig.environment explains).
+    env = environment(loopback_udp_env())
+    env.__enter__()
     rclpy.init()
     probe = SafetyProbe()
     sup = NodeProcess('safety_supervisor', params_file=ARM, params={
@@ -48,6 +52,7 @@ def rig(tmp_path_factory):
         for proc in sims + [sup]:
             proc.stop()
         rclpy.try_shutdown()
+        env.__exit__(None, None, None)
 
 
 @pytest.mark.ros

@@ -50,6 +50,42 @@ def loopback_udp_env():
             'FASTDDS_BUILTIN_TRANSPORTS': None}
 
 
+class environment:
+    """Apply environment `changes` (a value None removes the variable) to this process for the
+    duration of a `with` block: rclpy.init() inside it and node processes started inside it
+    (they inherit os.environ) get them. `with environment(loopback_udp_env()): rclpy.init()`
+    puts the test process itself on loopback UDP: a test that SIGSTOPs a node must not talk to
+    it over shared memory, where a publish to the stopped process blocks for 1-2 s holding the
+    GIL (rclpy's publish does not release it), and the whole test process stops with it."""
+
+    def __init__(self, changes):
+        self.changes = dict(changes)
+        self.saved = {}
+
+    def __enter__(self):
+        self.saved = {key: os.environ.get(key) for key in self.changes}
+        for key, value in self.changes.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = str(value)
+        return self
+
+    def __exit__(self, *exc):
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def stall(pid, seconds):
+    """SIGSTOP `pid` for `seconds`, timed by a separate process (a shell), so that the stall's
+    length does not depend on this process getting the CPU or the GIL; return the Popen."""
+    return subprocess.Popen(['sh', '-c', f'kill -STOP {int(pid)} && sleep {float(seconds):.3f}; '
+                             f'kill -CONT {int(pid)}'])
+
+
 def unitree_wire(interface='unitree_hg'):
     """Parameters putting sim_robot (as a Unitree robot) and unitree_bridge on one private
     CycloneDDS domain on loopback (simreal_ros.graph.rehearsal_wire)."""
