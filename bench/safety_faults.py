@@ -896,13 +896,17 @@ def main():
                         help='override joint_states_timeout_s and imu_timeout_s (s) of the '
                         'robot configs, e.g. '
                         'on a machine so loaded that DDS delivers joint_states late')
-    parser.add_argument('--dds', choices=('localhost', 'loopback-udp'), default='localhost',
-                        help='localhost: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (rmw_fastrtps '
-                        'then adds shared memory); loopback-udp: every process on '
-                        'config/fastdds/loopback_udp.xml (UDP on 127.0.0.1, no shared memory, '
-                        'as the nodes get on a robot\'s computers)')
+    parser.add_argument('--dds', choices=('localhost', 'loopback-udp', 'localhost-shm'),
+                        default='localhost',
+                        help='localhost: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, which the '
+                        'nodes serve with config/fastdds/loopback_udp.xml (no transport '
+                        'chosen); loopback-udp: every process on that profile explicitly; '
+                        'localhost-shm: LOCALHOST with FASTDDS_BUILTIN_TRANSPORTS=DEFAULT, '
+                        'the shared-memory transport rmw_fastrtps adds when the user chose it')
     parser.add_argument('--as-policy', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.dds == 'localhost-shm':
+        os.environ['FASTDDS_BUILTIN_TRANSPORTS'] = 'DEFAULT'
     if args.dds == 'loopback-udp':
         from simreal_ros.client.rig import loopback_udp_env
         for key, value in loopback_udp_env().items():

@@ -12,6 +12,21 @@ def test_udp_transport_unless_the_user_chose_one():
     assert prefer_udp_transport(env) == 'SHM'
     env = {'FASTDDS_DEFAULT_PROFILES_FILE': '/etc/robot/fastdds.xml'}
     assert prefer_udp_transport(env) is None and 'FASTDDS_BUILTIN_TRANSPORTS' not in env
+    env = {'RMW_IMPLEMENTATION': 'rmw_cyclonedds_cpp', 'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    assert prefer_udp_transport(env) is None
+    assert env == {'RMW_IMPLEMENTATION': 'rmw_cyclonedds_cpp',
+                   'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+
+
+def test_localhost_is_served_by_the_loopback_profile_not_shared_memory():
+    env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    assert prefer_udp_transport(env) == 'loopback UDP'
+    assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
+    assert env['FASTDDS_DEFAULT_PROFILES_FILE'].endswith('config/fastdds/loopback_udp.xml')
+    assert 'FASTDDS_BUILTIN_TRANSPORTS' not in env
+    env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'FASTDDS_BUILTIN_TRANSPORTS': 'SHM'}
+    assert prefer_udp_transport(env) == 'SHM'                  # the user's choice stands
+    assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'LOCALHOST'
 
 
 def test_transport_is_read_from_the_process_maps(tmp_path, monkeypatch):

@@ -383,16 +383,25 @@ def _udp_off_loopback(pid):
                     or ipaddress.ip_address(c.laddr.ip).is_multicast)]
 
 
-def test_the_supervisor_reports_its_transport(ros, tmp_path):
-    # What the supervisor says (safety/state, /diagnostics, a warning at start) is what its
-    # process has mapped, seen from outside. Under this suite's LOCALHOST rmw_fastrtps adds
-    # shared memory whatever FASTDDS_BUILTIN_TRANSPORTS says: the warning must say so.
+@pytest.mark.parametrize('chosen', [None, 'DEFAULT'])
+def test_the_supervisor_reports_its_transport(ros, tmp_path, chosen):
+    # Under LOCALHOST rmw_fastrtps adds shared memory whatever FASTDDS_BUILTIN_TRANSPORTS
+    # says. With no transport chosen, the nodes serve LOCALHOST with the loopback UDP profile
+    # (no shared memory mapped, no UDP socket off loopback, said at start); a user who chose
+    # a transport keeps it, and the warning says what that means. What the supervisor reports
+    # (safety/state, /diagnostics) is what its process has mapped, seen from outside.
     from simreal_ros.client.rig import ARM3, Rig
-    with Rig(ARM3, tmp=str(tmp_path)) as rig:
+    env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'FASTDDS_DEFAULT_PROFILES_FILE': None,
+           'FASTDDS_BUILTIN_TRANSPORTS': chosen}
+    with Rig(ARM3, tmp=str(tmp_path), env=env) as rig:
         rig.wait_forwarding()
         shm = _shared_memory_mapped(rig.sup.pid)
+        assert shm == (chosen is not None), rig.sup.output()[-2000:]
         assert rig.state('dds_transport') == ('shared memory + UDP' if shm else 'UDP')
         assert ('DDS uses shared memory' in rig.sup.output()) == shm, rig.sup.output()[-2000:]
+        assert ('served by loopback UDP' in rig.sup.output()) == (not shm)
+        if not shm:
+            assert not _udp_off_loopback(rig.sup.pid), _udp_off_loopback(rig.sup.pid)
 
 
 def test_a_stopped_driver_does_not_stall_the_supervisor(ros, tmp_path):

@@ -121,6 +121,16 @@ TRANSPORT_CHOICES = ('FASTDDS_BUILTIN_TRANSPORTS', 'FASTDDS_DEFAULT_PROFILES_FIL
                      'FASTRTPS_DEFAULT_PROFILES_FILE')
 
 
+def loopback_profile_path():
+    """config/fastdds/loopback_udp.xml in this installation's share folder, or None."""
+    try:
+        from simreal_ros.core.config import share_dir
+        path = share_dir() / 'config' / 'fastdds' / 'loopback_udp.xml'
+    except Exception:  # noqa: BLE001 - no share folder: the caller keeps the environment
+        return None
+    return path if path.is_file() else None
+
+
 def prefer_udp_transport(environ=None):
     """Fast DDS between processes: UDP, not shared memory, unless the user chose.
 
@@ -129,20 +139,36 @@ def prefer_udp_transport(environ=None):
     SIGSTOPped, safety_supervisor's `hardware/command` publish itself blocked for the port
     health check (`healthy_check_timeout_ms`, 1000 by default, tried twice per send; the bench
     saw "supervisor stalled for 1003 ms" in bench/safety_faults.py joint_states_stopped), an
-    e-stop for the wrong reason and a robot without supervision meanwhile. Over UDP a reader that cannot
-    take a message loses it and nothing waits.
+    e-stop for the wrong reason and a robot without supervision meanwhile. rclpy's publish
+    holds the GIL while it waits, so every thread of the process stops with it (a test's
+    SIGSTOP of 60 ms became 3 s in CI). Over UDP a reader that cannot take a message loses it
+    and nothing waits.
 
-    This sets FASTDDS_BUILTIN_TRANSPORTS=UDPv4 unless the user chose a transport (that
-    variable or a profiles file). It takes effect with the default discovery range (SUBNET,
-    a robot's computers). Under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps (9.3)
-    installs its own shared-memory + UDP pair and the variable is ignored: use
-    config/fastdds/loopback_udp.xml for one computer instead (see `dds_transport`, which
-    tells what a process got). Other middlewares ignore the variable. Returns the value now
-    in effect, or None.
+    Unless the user chose a transport (FASTDDS_BUILTIN_TRANSPORTS or a profiles file) or
+    another middleware:
+    - with the default discovery range (SUBNET, a robot's computers) this sets
+      FASTDDS_BUILTIN_TRANSPORTS=UDPv4;
+    - under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, where rmw_fastrtps (9.3) installs its own
+      shared-memory + UDP pair and ignores that variable, it puts this process on
+      config/fastdds/loopback_udp.xml (UDP bound to 127.0.0.1, discovery on loopback) with
+      the range SYSTEM_DEFAULT, so that the profile is used: what LOCALHOST promises, nothing
+      leaves the computer, without shared memory. Processes left on LOCALHOST (the `ros2`
+      command line, its daemon) still find these ones, over UDP.
+    Returns what was put in place: 'UDPv4', 'loopback UDP', the user's
+    FASTDDS_BUILTIN_TRANSPORTS, or None. `dds_transport` tells what a process really got.
     """
     env = os.environ if environ is None else environ
-    if not any(env.get(k) for k in TRANSPORT_CHOICES):
-        env['FASTDDS_BUILTIN_TRANSPORTS'] = 'UDPv4'
+    if 'fastrtps' not in env.get('RMW_IMPLEMENTATION', 'rmw_fastrtps_cpp'):
+        return None
+    if any(env.get(k) for k in TRANSPORT_CHOICES):
+        return env.get('FASTDDS_BUILTIN_TRANSPORTS')
+    if env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', '').strip().upper() == 'LOCALHOST':
+        profile = loopback_profile_path()
+        if profile is not None:
+            env['FASTDDS_DEFAULT_PROFILES_FILE'] = str(profile)
+            env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'SYSTEM_DEFAULT'
+            return 'loopback UDP'
+    env['FASTDDS_BUILTIN_TRANSPORTS'] = 'UDPv4'
     return env.get('FASTDDS_BUILTIN_TRANSPORTS')
 
 
@@ -188,9 +214,15 @@ class PolledSubscription:
 SHARED_MEMORY_WARNING = (
     'DDS uses shared memory between processes: a stopped or frozen subscriber (any process, '
     'also a suspended `ros2 topic echo`) can block this node\'s publishing for 1-2 s. '
-    'ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST makes rmw_fastrtps add it; on one computer use '
-    'FASTDDS_DEFAULT_PROFILES_FILE=<share>/simreal_ros/config/fastdds/loopback_udp.xml with '
-    'ROS_AUTOMATIC_DISCOVERY_RANGE=SYSTEM_DEFAULT (docs/real_robot.md, middleware)')
+    'The transport was chosen in this environment (FASTDDS_BUILTIN_TRANSPORTS or a Fast DDS '
+    'profiles file); unset them and this package\'s nodes use UDP (under '
+    'ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, <share>/simreal_ros/config/fastdds/'
+    'loopback_udp.xml) (docs/real_robot.md, middleware)')
+LOOPBACK_NOTE = (
+    'DDS: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST served by loopback UDP '
+    '(config/fastdds/loopback_udp.xml), not shared memory, where a stopped subscriber '
+    'blocks publishing for 1-2 s; set FASTDDS_BUILTIN_TRANSPORTS or a profiles file to choose '
+    'yourself (docs/real_robot.md, middleware)')
 
 
 def dds_transport(maps='/proc/self/maps'):
@@ -254,7 +286,7 @@ def run(node_class, args=None):
     """
     from rclpy.signals import SignalHandlerOptions
     stop = _Stop()
-    prefer_udp_transport()
+    transport = prefer_udp_transport()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     executor = None
@@ -266,6 +298,8 @@ def run(node_class, args=None):
         node.dds_transport = dds_transport()
         if node.dds_transport == 'shared memory + UDP':
             node.get_logger().warning(SHARED_MEMORY_WARNING)
+        elif transport == 'loopback UDP':
+            node.get_logger().info(LOOPBACK_NOTE)
         executor.add_node(node)
         # Short waits: a Python signal handler runs only when the wait returns.
         while stop.signal is None and rclpy.ok():
