@@ -37,7 +37,10 @@ else:
     os.environ['ROS_DOMAIN_ID'] = str(_claim_domain_id())
 os.environ.setdefault('RCUTILS_LOGGING_BUFFERED_STREAM', '0')
 # The nodes' own transport choice for this process too (see prefer_udp_transport): an
-# observer blocked by a stopped node measured stalls the nodes did not have.
+# observer blocked by a stopped node measured stalls the nodes did not have. Under the
+# LOCALHOST set above, it puts this process (and what it starts) on the loopback UDP profile:
+# discovery and traffic stay on 127.0.0.1, without shared memory, where a publish to a
+# stopped process blocks the whole test process (rclpy holds the GIL while it waits).
 from simreal_ros.nodes.common import prefer_udp_transport  # noqa: E402
 prefer_udp_transport()
 

@@ -275,6 +275,7 @@ def test_every_parameter_in_the_file_is_declared_by_its_node(path, tmp_path, req
     if path.stem.startswith('g1'):
         request.getfixturevalue('g1_dir')   # skipped, with the reason, without shared data
     from rosproc import Spinner
+    env_before = dict(os.environ)
     overrides = {'policy_runner': {'policy_path': policy_file(tmp_path)}} \
         if path.stem == 'arm3' else {}
     overrides.setdefault('safety_supervisor', {})['stage_file'] = str(tmp_path / 's.json')
@@ -321,7 +322,13 @@ def test_every_parameter_in_the_file_is_declared_by_its_node(path, tmp_path, req
                 proc.kill()
         for f in logs.values():
             f.close()
-    assert os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'LOCALHOST'
+    # Building and starting the graph leaves this process's environment as it was.
+    assert dict(os.environ) == env_before, _env_diff(env_before, dict(os.environ))
+
+
+def _env_diff(before, after):
+    return {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+            if before.get(k) != after.get(k)}
 
 
 def test_urdf_adds_robot_state_publisher(monkeypatch, tmp_path):
