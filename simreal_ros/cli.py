@@ -14,11 +14,13 @@
     simreal monitor [--robot arm3]     # rviz markers on monitor/markers
     simreal params [node ...]          # parameters: value, range, meaning
     simreal demo
+    simreal limits --reference TRACE.npz --robot g1_12dof [--margin 0.1] [--yaml | --json]
 
 Every verb talks to the running graph over the same services and topics a `ros2 service call`
 would use (`/safety/estop`, `/policy_runner/enable`, ...). A verb whose node is not running says
 which node and service are missing and exits 1. Set ROS_DOMAIN_ID and
-ROS_AUTOMATIC_DISCOVERY_RANGE as for the graph you want to reach.
+ROS_AUTOMATIC_DISCOVERY_RANGE as for the graph you want to reach. `limits` is file work only
+(no ROS): it proposes safety_supervisor limits from a reference trace (docs/traces.md).
 """
 import argparse
 import json
@@ -305,6 +307,32 @@ def cmd_up(args, _ros=None):
     return code
 
 
+def cmd_limits(args, _ros=None):
+    """Propose supervisor limits from a reference trace (files only, no ROS)."""
+    from simreal_ros.core.limits_proposal import propose_from_files
+    proposal = propose_from_files(args.reference, args.robot, margin=args.margin,
+                                  position_margin=args.position_margin,
+                                  model=args.model or None, use_model=not args.no_model)
+    flagged = proposal.flagged
+    if args.json:
+        print(proposal.to_json())
+    elif args.yaml:
+        print(proposal.yaml_snippet(), end='')
+    else:
+        for line in proposal.table():
+            print(line)
+        print('\npaste into the robot file (replaces these parameters of safety_supervisor):')
+        print(proposal.yaml_snippet(), end='')
+    if flagged and (args.json or args.yaml):   # the table shows them; never let them pass unseen
+        joints = sorted({n for n, _ in flagged}, key=proposal.names.index)
+        print(f'simreal limits: FLAGGED {len(joints)} joint(s), the reference needs more than '
+              f'the model allows: {", ".join(joints)}', file=sys.stderr)
+    if flagged and args.strict:
+        print('simreal limits: --strict: flagged joints, exit code 1', file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_demo(args, _ros=None):
     from simreal_ros import demo
     return demo.main(['--robot', args.robot, '--rtf', str(args.rtf)]
@@ -362,6 +390,27 @@ def build_parser():
     sub.add_parser('export', help='export the identified model (sim_bridge)')
     sub.add_parser('refine', help='refine every joint together on the recording by trajectory '
                    'matching (sim_bridge/refine), and wait for the result')
+    p = sub.add_parser('limits', help='propose safety_supervisor limits from a reference '
+                       'trace, within the model\'s ranges (files only, no ROS; docs/traces.md)')
+    p.add_argument('--reference', required=True, metavar='TRACE.npz',
+                   help='reference trace (NPZ, docs/traces.md)')
+    p.add_argument('--robot', required=True, metavar='ROBOT',
+                   help='robot file: config name (g1_12dof) or parameter file path')
+    p.add_argument('--margin', type=float, default=0.10, metavar='FRACTION',
+                   help='added to velocity, torque, target rate and acceleration needs '
+                        '(default 0.10 = 10 %%)')
+    p.add_argument('--position-margin', type=float, default=0.10, metavar='RAD',
+                   help='added outside the positions and targets (default 0.10 rad)')
+    p.add_argument('--model', default='', metavar='MJCF',
+                   help='MuJoCo model for the joint and actuator ranges (default: the one the '
+                        'robot file names, sim_robot.model_path)')
+    p.add_argument('--no-model', action='store_true',
+                   help='read no model: proposals are not checked against any range')
+    out = p.add_mutually_exclusive_group()
+    out.add_argument('--yaml', action='store_true', help='print only the YAML snippet')
+    out.add_argument('--json', action='store_true', help='print only JSON')
+    p.add_argument('--strict', action='store_true',
+                   help='exit 1 when a joint is flagged (the reference exceeds the model)')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
     p.add_argument('--robot', default='arm3')
     p.add_argument('--fast', action='store_true', help='shorter experiments')
@@ -384,6 +433,8 @@ def main(argv=None):
             return cmd_up(args)
         if args.verb == 'demo':
             return cmd_demo(args)
+        if args.verb == 'limits':
+            return cmd_limits(args)
         ros = Ros(args.namespace)
         try:
             return VERBS[args.verb](args, ros)
