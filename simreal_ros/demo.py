@@ -454,6 +454,31 @@ def _arm3_policy(path):
     return str(path)
 
 
+def joint_figure(t, names, q, tau):
+    """Return the figure of joint positions and applied torques over the session.
+
+    The lines stop where the recording paused (the SysID step): a straight segment across
+    the pause would show motion that was never recorded.
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from simreal_ros.core.series import break_gaps
+    t, q, tau = break_gaps(np.asarray(t) - t[0], q, tau)
+    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for i, name in enumerate(names):
+        axes[0].plot(t, q[:, i], label=name, lw=0.8)
+        if tau.size:
+            axes[1].plot(t, tau[:, i], label=name, lw=0.8)
+    axes[0].set_ylabel('position (rad)')
+    axes[1].set_ylabel('applied torque (N*m)')
+    axes[1].set_xlabel('session time (s)')
+    axes[0].legend(loc='upper right')
+    fig.tight_layout()
+    return fig
+
+
 def _plots(out):
     """Joint positions and applied torques of the session (from the MCAP); [] without it."""
     try:
@@ -466,16 +491,7 @@ def _plots(out):
         return []
     if len(t) < 2:
         return []
-    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    for i, name in enumerate(names):
-        axes[0].plot(t - t[0], q[:, i], label=name, lw=0.8)
-        if tau.size:
-            axes[1].plot(t - t[0], tau[:, i], label=name, lw=0.8)
-    axes[0].set_ylabel('position (rad)')
-    axes[1].set_ylabel('applied torque (N*m)')
-    axes[1].set_xlabel('session time (s)')
-    axes[0].legend(loc='upper right')
-    fig.tight_layout()
+    fig = joint_figure(t, names, q, tau)
     fig.savefig(out / 'joint_states.png', dpi=90)
     plt.close(fig)
     return ['joint_states.png']

@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from simreal_ros.core.bridge.params import JOINT_KEYS, UNITS
+from simreal_ros.core.series import break_gaps
 
 
 def _plt():
@@ -43,13 +44,15 @@ def write_report(out_dir, rec, sims, params, nominal, gaps, title='sim_bridge re
     images = []
     for qi, (key, unit) in enumerate((('position', 'rad'), ('velocity', 'rad/s'))):
         meas = np.asarray(getattr(rec, key))[:, idx]
+        # Lines stop at a pause of the recording instead of bridging it.
+        tb, mb, *sb = break_gaps(t, meas, *(sim[qi] for sim in sims.values()))
         fig, axes = plt.subplots(n, 2, figsize=(12, 2.6 * n), squeeze=False)
         for j in range(n):
             ax, axr = axes[j]
-            ax.plot(t, meas[:, j], color='k', lw=1.2, label='measured')
-            for label, sim in sims.items():
-                ax.plot(t, sim[qi][:, j], lw=0.9, color=colours.get(label), label=label)
-                axr.plot(t, sim[qi][:, j] - meas[:, j], lw=0.7, color=colours.get(label),
+            ax.plot(tb, mb[:, j], color='k', lw=1.2, label='measured')
+            for label, sim in zip(sims, sb):
+                ax.plot(tb, sim[:, j], lw=0.9, color=colours.get(label), label=label)
+                axr.plot(tb, sim[:, j] - mb[:, j], lw=0.7, color=colours.get(label),
                          label=label)
             g = next(iter(gaps.values()))
             sigma = g.noise_floor['per_joint'][key][j] * float(np.std(meas[:, j]))
