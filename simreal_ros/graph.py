@@ -262,6 +262,33 @@ def _policy_problem(path, over):
     return ''
 
 
+def missing_files(robot):
+    """Return [(section, parameter, value)] for each file the robot file names that is absent.
+
+    The files are the `*_path` parameters of every section (model_path, policy_path), resolved
+    as the nodes resolve them (absolute, package://simreal_ros/..., or relative to the current
+    directory or the source checkout). A stand-in policy the package makes on first use
+    (`arm3_policy.onnx`, see `_stand_in`) is never missing. Tests skip a robot file with this,
+    whatever its name: the G1's model and policy live in ../shared, beside the repository.
+    """
+    from simreal_ros.onnx_policies import STAND_INS
+    path = robot_config_path(robot)
+    missing = []
+    for section in _sections(path) or ['/**']:
+        for key, value in sorted(load_node_params(path, section).items()):
+            if not key.endswith('_path') or not isinstance(value, str) or not value:
+                continue
+            if os.path.basename(value) in STAND_INS and \
+                    not value.startswith(('/', 'package://')):
+                continue
+            try:
+                resolve_path(value, what=f'{section}.{key}')
+            except ConfigError:
+                if (key, value) not in [(k, v) for _, k, v in missing]:   # '/**' ones once
+                    missing.append((section, key, value))
+    return missing
+
+
 def write_overlay(graph, folder=None):
     """Write the overlay parameter file (one '/**/<node>' section per node with overrides).
 

@@ -57,6 +57,20 @@ def g1_dir():
     return G1_DIR
 
 
+def require_files(robot):
+    """Skip the test unless every file the robot file names (model, policy) is present.
+
+    Decided by what the file references (`simreal_ros.graph.missing_files`), not by its name:
+    the G1's model and policy sit in ../shared, beside the repository.
+    """
+    from simreal_ros.graph import missing_files
+    missing = missing_files(robot)
+    if missing:
+        pytest.skip(f'{Path(str(robot)).name} names files that are not here: '
+                    + ', '.join(f'{section}.{key} = {value}' for section, key, value in missing)
+                    + ' (shared data sits beside the repository)')
+
+
 def pytest_report_header(config):
     from simreal_ros.client.rig import Rig
     return [f'ROS_DOMAIN_ID={os.environ["ROS_DOMAIN_ID"]} '

@@ -16,14 +16,16 @@ import types
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, require_files
 from rosproc import wait_for
-from simreal_ros.core.config import ConfigError, load_node_params, read_yaml
-from simreal_ros.graph import (ALL_NODES, TOOL_PARAMETERS, build_graph, node_parameters,
-                               write_overlay)
+from simreal_ros.core.config import ConfigError, load_node_params, node_names_in, read_yaml
+from simreal_ros.graph import (ALL_NODES, TOOL_PARAMETERS, UNITREE, build_graph, missing_files,
+                               node_parameters, write_overlay)
 
 LAUNCH = REPO / 'launch' / 'deploy.launch.py'
 ROBOTS = sorted((REPO / 'config' / 'robots').glob('*.yaml'))
+# The robot file the Unitree driver cases use: the first with a unitree_bridge section.
+UNITREE_ROBOT = next((p for p in ROBOTS if UNITREE in node_names_in(p)), None)
 ARGUMENTS = {'robot', 'policy', 'use_sim', 'sysid', 'use_sim_time', 'namespace', 'rviz',
              'urdf', 'driver'}
 
@@ -145,15 +147,15 @@ def test_every_parameter_file_loads(path):
     {'namespace': 'left_arm'}, {'driver': 'unitree'}, {'driver': 'unitree', 'use_sim': 'false'},
 ], ids=['default', 'hardware', 'sysid', 'sim_time', 'namespace', 'unitree_rehearsal',
         'unitree_robot'])
-def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_path,
-                                                         request):
+def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_path):
     """The Node actions of deploy.launch.py equal the processes `simreal up` starts."""
     from simreal_ros import cli
     policy = policy_file(tmp_path)
     robot = 'arm3'
     if opts.get('driver'):
-        request.getfixturevalue('g1_dir')
-        robot, policy = 'g1_12dof', ''
+        assert UNITREE_ROBOT is not None, 'no robot file in config/robots has a unitree_bridge'
+        require_files(UNITREE_ROBOT)
+        robot, policy = UNITREE_ROBOT.stem, ''
     if opts.get('namespace'):
         robot = str(namespaced_copy(REPO / 'config' / 'robots' / 'arm3.yaml', tmp_path))
     _, launched, _ = run_launch_file(launch_values(policy=policy, robot=robot, **opts),
@@ -180,8 +182,9 @@ def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_
         assert up['sim_robot'][1]['unitree.domain_id'] == \
             up['unitree_bridge'][1]['unitree.domain_id']
         assert up['sim_robot'][1]['interface'] == 'unitree_hg'
-    elif opts.get('driver'):
-        assert up['unitree_bridge'][1]['unitree.network_interface'] == 'eth0'
+    elif opts.get('driver'):   # on the robot: the file's own network interface (eth0)
+        assert up['unitree_bridge'][1]['unitree.network_interface'] == load_node_params(
+            UNITREE_ROBOT, UNITREE)['unitree.network_interface'] != 'lo'
     for node in launched:
         cmd, up_params = up[node['name']]
         assert node['executable'] == node['name'] and node['package'] == 'simreal_ros'
@@ -258,6 +261,25 @@ def test_deploy_section_remaps_every_node(tmp_path):
         build_graph(str(path), check_files=False)
 
 
+def test_a_robot_file_is_skipped_for_the_files_it_names_not_for_its_name(tmp_path):
+    """Shared data missing: any robot file naming it is skipped, a 'g1...' one naming none runs."""
+    shipped = {p.stem: missing_files(p) for p in ROBOTS}
+    assert shipped['arm3'] == []   # its stand-in policy is made on first use, never missing
+    g1 = (REPO / 'config' / 'robots' / 'g1_12dof.yaml').read_text()
+    moved = tmp_path / 'my_legged_robot.yaml'
+    moved.write_text(g1.replace('../shared/robots/unitree_g1_12dof/', str(tmp_path / 'absent')
+                                + '/'))
+    assert missing_files(moved) == [
+        ('sim_robot', 'model_path', str(tmp_path / 'absent' / 'scene.xml')),
+        ('policy_runner', 'policy_path', str(tmp_path / 'absent' / 'policy.onnx'))]
+    with pytest.raises(pytest.skip.Exception, match=r'my_legged_robot.yaml names files that '
+                       r'are not here: sim_robot.model_path = .*absent/scene.xml'):
+        require_files(moved)
+    arm = tmp_path / 'g1_lookalike.yaml'   # named like the G1, names only packaged files
+    arm.write_text((REPO / 'config' / 'robots' / 'arm3.yaml').read_text())
+    require_files(arm)   # not skipped
+
+
 # -- every parameter in the files is declared by its node (real node processes) -----------
 def _list_parameters(node, name, timeout=60.0):
     from rcl_interfaces.srv import ListParameters
@@ -270,10 +292,9 @@ def _list_parameters(node, name, timeout=60.0):
 
 @pytest.mark.ros
 @pytest.mark.parametrize('path', ROBOTS, ids=[p.stem for p in ROBOTS])
-def test_every_parameter_in_the_file_is_declared_by_its_node(path, tmp_path, request):
+def test_every_parameter_in_the_file_is_declared_by_its_node(path, tmp_path):
     import rclpy
-    if path.stem.startswith('g1'):
-        request.getfixturevalue('g1_dir')   # skipped, with the reason, without shared data
+    require_files(path)   # skipped, with the reason, when a model or policy it names is absent
     from rosproc import Spinner
     env_before = dict(os.environ)
     overrides = {'policy_runner': {'policy_path': policy_file(tmp_path)}} \
