@@ -61,6 +61,7 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
+from simreal_ros.core.cdr import JointStateEncoder, split_stamp
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
 from simreal_ros.core.safety.stages import RecordWriter
@@ -154,6 +155,7 @@ class SafetySupervisor(Node):
         self._array_hold = None
         self._lock = threading.Lock()
         self._last_output_kind = None
+        self._encoders = {}        # names -> JointStateEncoder of hardware/command
         self._sent_any = False
         self.writer = RecordWriter(self.core.stage.pending, self.core.stage.written, self._lock)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -415,23 +417,31 @@ class SafetySupervisor(Node):
             self.core.events.append((now, f'output: {text}'))
         if out is None:
             return
-        msg = JointState()
         # Forwarded commands keep the source's stamp (the state they were computed from), also
         # an unstamped source's 0: re-stamping it with now would make a lockstep simulator
         # (which steps on a command stamped >= its time) step on a re-sent old command.
         # Safe-mode outputs are the supervisor's own, stamped now.
         stamp = out.stamp if out.stamp is not None and not out.safe else now
-        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(round(stamp * 1e9)),
-                                                                1_000_000_000)
+        sec, nanosec = split_stamp(stamp)
         self._sent_any = True
-        msg.name = out.names
-        if out.position is not None:
-            msg.position = out.position.tolist()
-        if out.velocity is not None:
-            msg.velocity = out.velocity.tolist()
-        if out.effort is not None:
-            msg.effort = out.effort.tolist()
-        self.pub_cmd.publish(msg)
+        # The JointState's bytes, made directly (core/cdr.py: no message object, no per-field
+        # conversion; one encoder per set of names, made once).
+        key = tuple(out.names)
+        encoder = self._encoders.get(key)
+        if encoder is None:
+            if len(self._encoders) >= 16:      # subset commands of many shapes: start over
+                self._encoders.clear()
+            encoder = self._encoders[key] = JointStateEncoder(key)
+        try:
+            data = encoder.encode(sec, nanosec, out.position, out.velocity, out.effort)
+        except ValueError:   # arrays not one value per name: the message path takes them
+            data = JointState(name=list(out.names))
+            data.header.stamp.sec, data.header.stamp.nanosec = sec, nanosec
+            for field in ('position', 'velocity', 'effort'):
+                values = getattr(out, field)
+                if values is not None:
+                    setattr(data, field, [float(v) for v in values])
+        self.pub_cmd.publish(data)
         if self.pub_array is not None:
             self._send_array(out)
 

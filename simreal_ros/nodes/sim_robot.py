@@ -38,6 +38,7 @@ import json
 import threading
 import time
 
+from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 import rclpy
@@ -50,6 +51,7 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import String
 
 from simreal_ros.core import unitree
+from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder, split_stamp
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
@@ -122,7 +124,7 @@ class SimRobot(Node):
         self._pending = None      # (reading, perf_counter time it stands for), published next tick
         self._offset = None       # ROS time minus perf_counter (s), see _clock_offset
         self._periods_done = 0
-        self._joint_msg = self._imu_msg = None   # reused every period (see _publish)
+        self._joint_enc = self._imu_enc = None   # made once (see _publish)
         self._sim_last = self.plant.time
 
         group = MutuallyExclusiveCallbackGroup()
@@ -395,37 +397,30 @@ class SimRobot(Node):
         if self.publish_clock:
             stamp = rclpy.time.Time(seconds=reading.time).to_msg()
             self.pub_clock.publish(ClockMsg(clock=stamp))
+            sec, nanosec = stamp.sec, stamp.nanosec
         elif wall is None:
-            stamp = self.get_clock().now().to_msg()
+            sec, nanosec = divmod(self.get_clock().now().nanoseconds, 1_000_000_000)
         else:
-            stamp = rclpy.time.Time(nanoseconds=int(round((wall + self._clock_offset())
-                                                          * 1e9))).to_msg()
-        msg = self._joint_msg   # made once: publish() serialises it at once
-        if msg is None:
-            msg = self._joint_msg = JointState(name=list(self.plant.names))
-        msg.header.stamp = stamp
-        msg.position = reading.position.tolist()
-        msg.velocity = reading.velocity.tolist()
-        msg.effort = reading.effort.tolist()
-        self.pub_joint.publish(msg)
+            sec, nanosec = split_stamp(wall + self._clock_offset())
+        # The messages' bytes, made directly (core/cdr.py): at 500 Hz each, building the
+        # message objects and rclpy's conversion of them were most of this node's publishing.
+        enc = self._joint_enc
+        if enc is None:
+            enc = self._joint_enc = JointStateEncoder(self.plant.names)
+        self.pub_joint.publish(enc.encode(sec, nanosec, reading.position, reading.velocity,
+                                          reading.effort))
         if self.pub_imu is not None:
-            imu = self._imu_msg
+            imu = self._imu_enc
             if imu is None:
-                imu = self._imu_msg = Imu()
-                imu.header.frame_id = self.plant.model.body(self.plant.base_body).name
-            imu.header.stamp = stamp
-            w, x, y, z = reading.orientation
-            imu.orientation.w, imu.orientation.x = float(w), float(x)
-            imu.orientation.y, imu.orientation.z = float(y), float(z)
-            (imu.angular_velocity.x, imu.angular_velocity.y,
-             imu.angular_velocity.z) = (float(v) for v in reading.angular_velocity)
-            (imu.linear_acceleration.x, imu.linear_acceleration.y,
-             imu.linear_acceleration.z) = (float(v) for v in reading.linear_acceleration)
-            self.pub_imu.publish(imu)
+                imu = self._imu_enc = ImuEncoder(
+                    self.plant.model.body(self.plant.base_body).name)
+            self.pub_imu.publish(imu.encode(sec, nanosec, reading.orientation,
+                                            reading.angular_velocity,
+                                            reading.linear_acceleration))
             self._pose_count += 1
             if self._pose_count >= self._pose_every or self.lockstep:
                 self._pose_count = 0
-                self._publish_base_pose(reading, stamp)
+                self._publish_base_pose(reading, TimeMsg(sec=sec, nanosec=nanosec))
 
     def _publish_diagnostics(self):
         now = time.monotonic()
