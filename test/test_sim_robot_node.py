@@ -158,3 +158,44 @@ def test_bad_model_path_exits_with_a_message_naming_the_parameter():
         assert proc.wait_exit(30) == 2
         assert 'sim_robot parameter model_path' in proc.output()
         assert 'Traceback' not in proc.output()
+
+
+def test_clock_runs_while_held_and_goes_on_from_there_when_commanded(ros, tmp_path):
+    # hold_until_command with publish_clock: the physics waits for the first command, /clock
+    # does not (at the real-time factor); a frozen /clock froze every node on sim time, so
+    # the supervisor never forwarded the command that would start the physics. When the
+    # command comes, time goes on from where it was: never back.
+    from rosgraph_msgs.msg import Clock as ClockMsg
+    params = {'hold_until_command': True, 'publish_clock': True, 'real_time_factor': 0.5,
+              'command_timeout_s': 0.5}
+    import yaml
+    override = tmp_path / 'held.yaml'   # for the node under a namespace (beside `arm`'s)
+    override.write_text(yaml.safe_dump({'/**/sim_robot': {'ros__parameters': params}}))
+    with NodeProcess('sim_robot', params_file=ARM,
+                     extra_args=['--params-file', str(override), '-r', '__ns:=/held']) as proc:
+        probe = Probe('held_sim_probe', namespace='held')
+        clocks = []
+        probe.node.create_subscription(ClockMsg, '/clock', lambda m: clocks.append(
+            m.clock.sec + m.clock.nanosec * 1e-9), SENSOR_SUB_QOS)
+        try:
+            wait_for(lambda: (len(probe.states) > 20 and clocks)
+                     or proc.proc.poll() is not None, 30, what='joint_states and /clock while held')
+            assert proc.proc.poll() is None, proc.output()
+            held = list(probe.latest().position)
+            w0, c0 = time.monotonic(), clocks[-1]
+            wait_for(lambda: time.monotonic() - w0 > 1.0 and clocks[-1] > c0, 10,
+                     interval=0.05, what='/clock while held')
+            rate = (clocks[-1] - c0) / (time.monotonic() - w0)
+            assert 0.3 < rate < 0.6, rate                  # the real-time factor, 0.5
+            # The physics stood still (the readings differ by sensor noise only).
+            assert max(abs(a - b) for a, b in zip(probe.latest().position, held)) < 1e-3
+            before = clocks[-1]
+            command_for(probe, 1.0, names=NAMES, position=[0.0, 0.3, 0.0])
+            after = [c for c in list(clocks) if c >= before]
+            assert after and all(b >= a for a, b in zip(after, after[1:]))
+            stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+                      for m in list(probe.states)]
+            assert all(b >= a for a, b in zip(stamps, stamps[1:])), 'stamps went back'
+            assert abs(probe.position('shoulder_pitch') - held[1]) > 0.01   # it moves now
+        finally:
+            probe.stop()

@@ -125,6 +125,8 @@ class SimRobot(Node):
         self._offset = None       # ROS time minus perf_counter (s), see _clock_offset
         self._periods_done = 0
         self._joint_enc = self._imu_enc = None   # made once (see _publish)
+        # /clock = plant time + the time held before the first command (hold_until_command)
+        self._clock_shift, self._hold_wall = 0.0, None
         self._sim_last = self.plant.time
 
         group = MutuallyExclusiveCallbackGroup()
@@ -324,7 +326,17 @@ class SimRobot(Node):
         if self.interface != 'ros':
             self._unitree_take_commands()
         if self.hold_until_command and not self._commanded:
-            # As a robot hanging in its gantry: time stands still until the controller is up.
+            # As a robot hanging in its gantry: the physics stands still until the controller
+            # is up. Time does not: on /clock (publish_clock) it runs on at the real-time
+            # factor, as the wall-clock stamps do without it; a frozen /clock froze every node
+            # on sim time with it (the supervisor's timer never fired, so it never forwarded
+            # the command that would start the physics: bench/g1_sim2sim.py --rtf 0.5).
+            if self.publish_clock:
+                now = time.perf_counter()
+                if self._hold_wall is not None:
+                    self._clock_shift += (now - self._hold_wall) * (self.rtf if self.rtf > 0
+                                                                    else 1.0)
+                self._hold_wall = now
             with self._lock:
                 reading = self.plant.measure()
             self._publish(reading)
@@ -395,7 +407,7 @@ class SimRobot(Node):
             self._unitree_publish(reading)
             return
         if self.publish_clock:
-            stamp = rclpy.time.Time(seconds=reading.time).to_msg()
+            stamp = rclpy.time.Time(seconds=reading.time + self._clock_shift).to_msg()
             self.pub_clock.publish(ClockMsg(clock=stamp))
             sec, nanosec = stamp.sec, stamp.nanosec
         elif wall is None:
@@ -628,7 +640,7 @@ class SimRobot(Node):
         self.lowstate_writer.write(st)
         self.counters['lowstate_sent'] += 1
         if self.publish_clock:
-            stamp = rclpy.time.Time(seconds=reading.time).to_msg()
+            stamp = rclpy.time.Time(seconds=reading.time + self._clock_shift).to_msg()
             self.pub_clock.publish(ClockMsg(clock=stamp))
 
     def destroy_node(self):
