@@ -5,12 +5,16 @@ A trace is an NPZ file (docs/traces.md). Two layouts are read:
 - `simreal`: `time` (N,) s, `joint_names` (J,) strings, `q` (N, J) rad; optional `dq` (N, J)
   rad/s, `effort` (N, J) N*m, `target_q` (N, J) rad (the position targets sent), `actions`
   (N, P) raw policy outputs in the robot file's policy joint order, `obs` (N, O) the policy's
-  observations;
+  observations, `base_qpos` (N, 7) a floating base's pose (x, y, z, qw, qx, qy, qz),
+  `initial_q` (J,) the joint positions at t = 0 (a trace whose first sample is later);
 - `qpos` (the layout of unitree's G1 reference run, `reference_trace.npz`): `time` (N,),
   `qpos` (N, P) or (N, 7 + P) = floating base (x, y, z, qw, qx, qy, qz) then the joints,
   optional `qvel` (N, P) or (N, 6 + P), `actions` (N, P), `obs` (N, O). The file names no
   joints: they are the robot file's `policy_joint_names` (policy_runner; else `joint_names`),
   in that order.
+
+Both layouts may carry `cmd_vel`, the velocity command (vx, vy, wz) the run was recorded with:
+(3,) for the whole run or (N, 3) per sample (`bench/sim2sim.py` publishes it on `cmd_vel`).
 
 Derived columns, each with its source said in `Trace.sources` and `Trace.notes`:
 
@@ -59,6 +63,8 @@ class Trace:
     policy_names: list = None    # the order of `actions`
     base_qpos: np.ndarray = None  # (N, 7) floating base pose, or None
     obs: np.ndarray = None       # (N, O) policy observations, or None
+    cmd_vel: np.ndarray = None   # (N, 3) velocity command (vx, vy, wz), or None
+    initial_q: np.ndarray = None  # (J,) joint positions at t = 0, or None
     sources: dict = field(default_factory=dict)   # 'names', 'dq', 'effort', 'target' -> text
     notes: list = field(default_factory=list)
 
@@ -131,6 +137,18 @@ def _time(z, path):
     return t
 
 
+def _cmd_vel(z, path, keys, t):
+    """The optional velocity command: (3,) for the whole run or (N, 3), as (N, 3)."""
+    if 'cmd_vel' not in keys:
+        return None
+    raw = _read(z, 'cmd_vel', path)
+    if raw.ndim == 1:
+        cmd = _numeric(z, 'cmd_vel', path, (3,), 'velocity command vx, vy, wz for the run')
+        return np.tile(cmd, (t.size, 1))
+    return _numeric(z, 'cmd_vel', path, (t.size, 3), 'velocity command vx, vy, wz per sample',
+                    None, t)
+
+
 def _joint_names(z, path):
     raw = _read(z, 'joint_names', path)
     if raw.dtype.kind not in 'US' or raw.ndim != 1:
@@ -182,6 +200,12 @@ class PolicyContext:
     def joint_velocity_slice(self, width):
         """Return (start, scale, clip, term) of the newest joint_vel sample in an observation
         of `width`, or (None, reason) when this robot's observation does not decode it."""
+        return self.term_slice('joint_vel', width)
+
+    def term_slice(self, kind, width):
+        """Return ((start, scale, term clip, observation clip, term), '') for the newest
+        sample of the first term of `kind` in an observation of `width` columns, or (None,
+        reason) when this robot's observation does not decode it."""
         from simreal_ros.core.observation import ObservationBuilder
         if not self.params.get('observation.terms'):
             return None, 'the robot file configures no observation'
@@ -198,11 +222,11 @@ class PolicyContext:
                           f'{builder.size} ({builder.describe()})')
         start = 0
         for term in builder.terms:
-            if term.kind == 'joint_vel':
+            if term.kind == kind:
                 start += term.size * (term.history - 1)   # stacked oldest first
                 return (start, term.scale, term.clip, builder.clip, term), ''
             start += term.length
-        return None, 'the robot file\'s observation has no joint_vel term'
+        return None, f'the robot file\'s observation has no {kind} term'
 
 
 def load_trace(path, robot=None):
@@ -260,6 +284,13 @@ def _load_simreal(z, path, keys, robot):
             trace.sources[attr] = f'{key} in the trace'
     if 'obs' in keys:
         trace.obs = _numeric(z, 'obs', path, (n, None), 'the policy\'s observations', None, t)
+    if 'base_qpos' in keys:
+        trace.base_qpos = _numeric(z, 'base_qpos', path, (n, BASE_QPOS),
+                                   'floating base x, y, z, qw, qx, qy, qz', None, t)
+    trace.cmd_vel = _cmd_vel(z, path, keys, t)
+    if 'initial_q' in keys:
+        trace.initial_q = _numeric(z, 'initial_q', path, (j,), 'rad at t = 0, like a row of q',
+                                   names)
     if 'actions' in keys:
         width = len(ctx.policy_names) if ctx is not None else None
         trace.actions = _numeric(z, 'actions', path, (n, width),
@@ -305,6 +336,7 @@ def _load_qpos(z, path, keys, robot):
             trace.sources[attr] = f'{key} in the trace'
     if 'obs' in keys:
         trace.obs = _numeric(z, 'obs', path, (n, None), 'the policy\'s observations', None, t)
+    trace.cmd_vel = _cmd_vel(z, path, keys, t)
     if 'actions' in keys:
         trace.actions = _numeric(z, 'actions', path, (n, p),
                                  f'raw policy outputs, one per policy joint of {ctx.robot}',
