@@ -6,6 +6,7 @@ import sys
 import rclpy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.serialization import deserialize_message
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy)
 
 from simreal_ros.core.config import ConfigError
@@ -204,6 +205,22 @@ class PolledSubscription:
             if taken is None:
                 return out
             out.append(taken[0])
+
+    def take_newest(self):
+        """Return the newest message waiting, or None; older ones are taken and dropped.
+
+        Only the newest is made into a message object: the others are taken as bytes.
+        Returns (message, number taken).
+        """
+        data, taken = None, 0
+        while True:
+            got = self.handle.take_message(self.msg_type, True)
+            if got is None:
+                break
+            data, taken = got[0], taken + 1
+        if data is None:
+            return None, 0
+        return deserialize_message(data, self.msg_type), taken
 
     def destroy(self):
         if self.handle is not None:

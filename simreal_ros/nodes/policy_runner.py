@@ -60,8 +60,9 @@ from simreal_ros.core.config import ConfigError
 from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
                                      PhaseAligner, PolicyController, StartPhase)
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, SENSOR_SUB_QOS, declare,
-                                      declare_priority, run, stamp_to_sec)
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, SENSOR_SUB_QOS,
+                                      PolledSubscription, declare, declare_priority, run,
+                                      stamp_to_sec)
 
 
 ALIGN_EARLY_S = 0.0012   # see _schedule_alignment
@@ -93,7 +94,8 @@ class PolicyRunner(Node):
                              resets=0, lockstep_steps=0, phase_alignments=0, awaited_ticks=0,
                              await_timeouts=0, late_inputs_used=0, future_stamped=0,
                              duplicate_names=0, missing_velocity=0, cmd_vel_received=0,
-                             cmd_vel_rejected=0, cmd_vel_timeouts=0, handovers=0)
+                             cmd_vel_rejected=0, cmd_vel_timeouts=0, handovers=0,
+                             imu_taken=0)
         self.last_problem = ''
         self.timing = LoopTiming(self.period)
         self._lock = threading.Lock()
@@ -120,9 +122,13 @@ class PolicyRunner(Node):
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(JointState, 'joint_states', self._on_joint_states,
                                  SENSOR_SUB_QOS, callback_group=inputs)
+        self._imu_poll = None
         if self.ctl.needs_imu:
-            self.create_subscription(Imu, 'imu', self._on_imu, SENSOR_SUB_QOS,
-                                     callback_group=inputs)
+            if params['poll_imu'] and not self.lockstep:
+                self._imu_poll = self._polled_imu()
+            if self._imu_poll is None:
+                self.create_subscription(Imu, 'imu', self._on_imu, SENSOR_SUB_QOS,
+                                         callback_group=inputs)
         self.create_subscription(Twist, 'cmd_vel', self._on_cmd_vel, 10, callback_group=inputs)
         if self.start.active:
             self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
@@ -224,6 +230,11 @@ class PolicyRunner(Node):
             'heartbeat_timeout_s', 0.2, 'safety/heartbeat older than this (steady clock), once '
             'heard, means the supervisor does not admit the policy: the measured pose is '
             'commanded (s)', 0.01, 10.0)
+        p['poll_imu'] = self._declare(
+            'poll_imu', True, 'take imu when a tick needs it (the newest waiting, the rest '
+            'dropped and counted in imu_taken) instead of one callback per message: a 500 Hz imu '
+            'costs 500 executor callbacks a second for the one a 50 Hz policy uses. Not in '
+            'lockstep, where each step waits for its imu', None, None)
         p['lockstep'] = self._declare(
             'lockstep', False, 'compute once per new observation stamp (with sim_robot '
             'lockstep) instead of on the timer', None, None)
@@ -315,6 +326,23 @@ class PolicyRunner(Node):
             self.timing.restart()   # the loop starts here; a drift re-alignment is a period
         self._tick(aligned=True)
 
+    def _polled_imu(self):
+        """imu taken when a tick needs it (see poll_imu), or None where rclpy cannot."""
+        try:
+            return PolledSubscription(self, Imu, 'imu', SENSOR_SUB_QOS)
+        except (AttributeError, ImportError, TypeError) as exc:
+            self.get_logger().warning(f'poll_imu unavailable with this rclpy ({exc}): '
+                                      'a callback per imu message instead')
+            return None
+
+    def _take_imu(self):
+        """With poll_imu: make the newest imu waiting this node's imu (lock held)."""
+        if self._imu_poll is not None:
+            msg, taken = self._imu_poll.take_newest()
+            if msg is not None:
+                self._imu = (msg, time.perf_counter())
+                self.counters['imu_taken'] += taken
+
     def _on_imu(self, msg):
         self._imu = (msg, time.perf_counter())
         if self.lockstep:
@@ -336,6 +364,7 @@ class PolicyRunner(Node):
         if self._joint_seq <= seq0:
             return
         if self.ctl.needs_imu and self._joint_seq - seq0 < 2:
+            self._take_imu()
             imu = self._imu
             if imu is None or (stamp_to_sec(imu[0].header.stamp)
                                < stamp_to_sec(self._joint[0].header.stamp)):
@@ -437,6 +466,7 @@ class PolicyRunner(Node):
     def _compute_tick(self, wall0):
         """The tick's work (lock held): check the inputs' age, compute, publish."""
         now = self._now()
+        self._take_imu()
         joint, imu = self._joint, self._imu
         stale, late = self._stale(joint, 'joint_states', now)
         if not stale and self.ctl.needs_imu:

@@ -416,11 +416,8 @@ class SimRobot(Node):
             sec, nanosec = split_stamp(wall + self._clock_offset())
         # The messages' bytes, made directly (core/cdr.py): at 500 Hz each, building the
         # message objects and rclpy's conversion of them were most of this node's publishing.
-        enc = self._joint_enc
-        if enc is None:
-            enc = self._joint_enc = JointStateEncoder(self.plant.names)
-        self.pub_joint.publish(enc.encode(sec, nanosec, reading.position, reading.velocity,
-                                          reading.effort))
+        # imu first: a node woken by joint_states (policy_runner's tick) then finds the same
+        # sample's imu already there.
         if self.pub_imu is not None:
             imu = self._imu_enc
             if imu is None:
@@ -429,6 +426,12 @@ class SimRobot(Node):
             self.pub_imu.publish(imu.encode(sec, nanosec, reading.orientation,
                                             reading.angular_velocity,
                                             reading.linear_acceleration))
+        enc = self._joint_enc
+        if enc is None:
+            enc = self._joint_enc = JointStateEncoder(self.plant.names)
+        self.pub_joint.publish(enc.encode(sec, nanosec, reading.position, reading.velocity,
+                                          reading.effort))
+        if self.pub_imu is not None:
             self._pose_count += 1
             if self._pose_count >= self._pose_every or self.lockstep:
                 self._pose_count = 0
