@@ -89,7 +89,7 @@ class Limits:
             if arr.size != len(names):
                 raise ConfigError(f'{source}.{key} has {arr.size} values for {len(names)} '
                                   f'joints {list(names)}')
-            if not np.all(np.isfinite(arr)):
+            if not np.isfinite(arr).all():
                 raise ConfigError(f'{source}.{key} must be finite, got {arr.tolist()}')
             values[key] = arr
         accel = data.get('max_target_accel')
@@ -129,7 +129,7 @@ class Limits:
             arr = np.asarray(value, dtype=float).reshape(-1)
             if arr.size == 1:
                 arr = np.full(n, float(arr[0]))
-            if arr.size != n or not np.all(np.isfinite(arr)):
+            if arr.size != n or not np.isfinite(arr).all():
                 raise ConfigError(f'{source}.{key}: expected {n} finite values, got '
                                   f'{arr.tolist()}')
             if key == 'max_target_accel' and np.any(arr <= 0):
@@ -165,6 +165,12 @@ class Command:
                          for v in (self.position, self.velocity, self.effort)))
 
 
+def _clip(x, lo, hi):
+    """np.clip, without its Python-level dispatch (half its cost on a robot's dozen joints,
+    at 500 Hz): the same minimum(maximum()) for arrays, NaN passing through."""
+    return np.minimum(np.maximum(x, lo), hi)
+
+
 def validate_command(names, position, velocity, effort, joint_names):
     """Return a Command, or raise Rejected naming what is wrong (nothing is partly used)."""
     names = [str(n) for n in names]
@@ -188,7 +194,7 @@ def validate_command(names, position, velocity, effort, joint_names):
             continue
         if arr.size != len(names):
             raise Rejected(f'{key} has {arr.size} values for {len(names)} names')
-        if not np.all(np.isfinite(arr)):
+        if not np.isfinite(arr).all():
             bad = [names[i] for i in np.flatnonzero(~np.isfinite(arr))]
             raise Rejected(f'{key} has non-finite values for {bad}')
         fields[key] = arr
@@ -244,11 +250,11 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate
     vmax = limits.velocity_limit[i] * scale
     tmax = limits.torque_limit[i] * scale
     if out.velocity is not None:
-        v = np.clip(out.velocity, -vmax, vmax)
+        v = _clip(out.velocity, -vmax, vmax)
         clips['velocity'] |= v != out.velocity
         out.velocity = v
     if out.effort is not None:
-        e = np.clip(out.effort, -tmax, tmax)
+        e = _clip(out.effort, -tmax, tmax)
         clips['torque'] |= e != out.effort
         out.effort = e
     lo, hi = torque_window(limits, scale, i, dq)
@@ -262,7 +268,7 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate
         clips['torque'] |= changed & ~braking
 
     if out.position is not None:
-        p = np.clip(out.position, limits.position_lower[i], limits.position_upper[i])
+        p = _clip(out.position, limits.position_lower[i], limits.position_upper[i])
         clips['position'] |= p != out.position
         prev = previous_target[i]
         prev = np.where(np.isfinite(prev), prev, qi)
@@ -270,16 +276,16 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate
         dt = np.maximum(dt[i] if dt.ndim else dt, 0.0)
         rmax = limits.max_target_rate[i] * scale
         step = rmax * dt
-        r = np.clip(p, prev - step, prev + step)
+        r = _clip(p, prev - step, prev + step)
         clips['rate'] |= r != p
         amax = limits.max_target_accel[i] * scale
         limited = np.isfinite(amax) & (dt > 0)
-        if np.any(limited):
+        if limited.any():
             r0 = dqi if previous_rate is None else np.where(
                 np.isfinite(previous_rate[i]), previous_rate[i], dqi)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
                 want = want0 = np.where(limited, (r - prev) / np.where(dt > 0, dt, 1.0), 0.0)
-                v = np.clip(want, r0 - amax * dt, r0 + amax * dt)
+                v = _clip(want, r0 - amax * dt, r0 + amax * dt)
                 # Speeding up (or reversing) is limited; slowing down towards the command is
                 # not: the target never passes the command, and a held step moves nothing.
                 v = np.sign(want) * np.minimum(np.abs(want), np.maximum(0.0, np.sign(want) * v))
@@ -297,26 +303,26 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate
         with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
             p_lo = qi + (lo - rest) / kp
             p_hi = qi + (hi - rest) / kp
-        new = np.where(knob, np.clip(out.position, np.where(knob, p_lo, -np.inf),
+        new = np.where(knob, _clip(out.position, np.where(knob, p_lo, -np.inf),
                                      np.where(knob, p_hi, np.inf)), out.position)
         note_torque(out.position, new, tau)
         out.position = new
         remaining = ~knob
     else:
         remaining = np.ones(n, dtype=bool)
-    if np.any(remaining):
+    if remaining.any():
         _limit_without_position(out, remaining, kd, qi, dqi, kp, lo, hi, vmax, tmax, note_torque)
     if out.position is not None:   # rule 5: the range, whatever the measured state
-        p = np.clip(out.position, limits.position_lower[i], limits.position_upper[i])
+        p = _clip(out.position, limits.position_lower[i], limits.position_upper[i])
         moved = p != out.position
         clips['position'] |= moved
         out.position = p
-        if np.any(moved):           # the other knobs then do what they can for the torque
+        if moved.any():           # the other knobs then do what they can for the torque
             _limit_without_position(out, moved, kd, qi, dqi, kp, lo, hi, vmax, tmax,
                                     note_torque)
     for key in ('position', 'velocity', 'effort'):
         value = getattr(out, key)
-        if value is not None and not np.all(np.isfinite(value)):
+        if value is not None and not np.isfinite(value).all():
             raise Rejected(f'filtered {key} is not finite (state q={qi.tolist()}, '
                            f'dq={dqi.tolist()})')
     return out, clips
@@ -335,7 +341,7 @@ def _limit_without_position(out, mask, kd, qi, dqi, kp, lo, hi, vmax, tmax, note
         with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
             v_lo = np.where(knob, dqi + (lo - rest) / kd, -np.inf)
             v_hi = np.where(knob, dqi + (hi - rest) / kd, np.inf)
-        new = np.clip(np.clip(out.velocity, v_lo, v_hi), -vmax, vmax)
+        new = _clip(_clip(out.velocity, v_lo, v_hi), -vmax, vmax)
         new = np.where(knob, new, out.velocity)
         note_torque(out.velocity, new, tau)
         out.velocity = new
@@ -343,7 +349,7 @@ def _limit_without_position(out, mask, kd, qi, dqi, kp, lo, hi, vmax, tmax, note
         damping = kd * ((out.velocity if out.velocity is not None else 0.0) - dqi)
         rest = pos_term + (damping if has_damping else 0.0)
         tau = rest + out.effort
-        new = np.clip(np.clip(out.effort, lo - rest, hi - rest), -tmax, tmax)
+        new = _clip(_clip(out.effort, lo - rest, hi - rest), -tmax, tmax)
         new = np.where(mask, new, out.effort)
         note_torque(out.effort, new, tau)
         out.effort = new

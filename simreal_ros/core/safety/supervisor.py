@@ -67,8 +67,9 @@ import numpy as np
 
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety.bringup import Bringup, bringup_limits
-from simreal_ros.core.safety.limits import (KINDS, Command, Limits, Rejected, count_clips,
-                                            filter_command, implied_torque, validate_command)
+from simreal_ros.core.safety.limits import (KINDS, Command, Limits, Rejected, _clip,
+                                            count_clips, filter_command, implied_torque,
+                                            validate_command)
 from simreal_ros.core.safety.stages import DEFAULT_STAGES, StageMachine
 
 SAFE_MODES = ('damping', 'hold', 'zero_torque')
@@ -154,7 +155,7 @@ def _per_joint(params, key, n, source):
     arr = np.asarray(value if value is not None else [], dtype=float).reshape(-1)
     if arr.size == 1:
         arr = np.full(n, float(arr[0]))
-    if arr.size != n or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+    if arr.size != n or not np.isfinite(arr).all() or np.any(arr <= 0):
         raise ConfigError(f'{source}.{key}: expected {n} finite values > 0 (one per joint), got '
                           f'{arr.tolist()}')
     return arr
@@ -269,12 +270,12 @@ def _bringup_params(p, names, limits, source):
     pose = np.asarray(raw if raw is not None else [], dtype=float).reshape(-1)
     if pose.size == 0:
         pose = None
-    elif pose.size != n or not np.all(np.isfinite(pose)):
+    elif pose.size != n or not np.isfinite(pose).all():
         raise ConfigError(f'{source}.bringup.default_position: expected {n} finite values '
                           f'(one per joint, {list(names)}) or none, got {pose.tolist()}')
     else:
         outside = (pose < limits.position_lower) | (pose > limits.position_upper)
-        if np.any(outside):
+        if outside.any():
             bad = [names[i] for i in np.flatnonzero(outside)]
             raise ConfigError(
                 f'{source}.bringup.default_position of {bad} {pose[outside].tolist()} is outside '
@@ -396,18 +397,18 @@ class Supervisor:
                     f'{velocity.size} velocities)'), True
         idx = [lookup[n] for n in self.names]
         q, dq = position[idx], velocity[idx]
-        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
+        if not (np.isfinite(q).all() and np.isfinite(dq).all()):
             return 'joint_states has non-finite values', True
         lim = self.cfg.limits
         margin = self.cfg.state_position_margin
         out = (q < lim.position_lower - margin) | (q > lim.position_upper + margin)
-        if np.any(out):
+        if out.any():
             return (f'joint_states position of {self._names(out)} '
                     f'{q[out].round(3).tolist()} rad is beyond the range by more than '
                     f'state_position_margin {margin} rad'), True
         vmax = lim.velocity_limit * self.cfg.state_velocity_factor
         fast = np.abs(dq) > vmax
-        if np.any(fast):
+        if fast.any():
             return (f'joint_states velocity of {self._names(fast)} '
                     f'{dq[fast].round(2).tolist()} rad/s is beyond state_velocity_factor x '
                     f'velocity_limit'), True
@@ -419,7 +420,7 @@ class Supervisor:
             # samples, plus one period of it (a sample is taken at some instant of its period).
             reach = vmax * (dt + self.cfg.period_s)
             jump = np.abs(q - self.q) > reach
-            if np.any(jump):
+            if jump.any():
                 return (f'joint_states position of {self._names(jump)} jumped '
                         f'{np.abs(q - self.q)[jump].round(3).tolist()} rad in '
                         f'{dt * 1e3:.1f} ms, further than the joint can move'), True
@@ -434,7 +435,7 @@ class Supervisor:
     def on_imu(self, orientation_wxyz, stamp, now):
         """Take the base orientation (w, x, y, z); return (ok, reason)."""
         o = np.asarray(orientation_wxyz, dtype=float)
-        if o.size != 4 or not np.all(np.isfinite(o)) or abs(np.linalg.norm(o) - 1.0) > 0.05:
+        if o.size != 4 or not np.isfinite(o).all() or abs(np.linalg.norm(o) - 1.0) > 0.05:
             self.state_rejected += 1
             return False, f'imu orientation is not a unit quaternion: {o.tolist()}'
         dog = self.dogs['imu']
@@ -560,7 +561,7 @@ class Supervisor:
         if self.q is not None and still:
             tol = self.cfg.reset_velocity_tolerance
             fast = np.abs(self.dq) > tol
-            if np.any(fast):
+            if fast.any():
                 problems.append(f'joints {self._names(fast)} still move '
                                 f'({np.abs(self.dq[fast]).round(2).tolist()} rad/s > '
                                 f'reset_velocity_tolerance {tol} rad/s)')
@@ -571,7 +572,7 @@ class Supervisor:
             if cmd.position is not None:
                 err = np.abs(cmd.position - self.q[cmd.index])
                 far = err > self.cfg.reset_tolerance
-                if np.any(far):
+                if far.any():
                     worst = int(np.argmax(err))
                     problems.append(
                         f'the latest {self.mode} command is {err[worst]:.3f} rad from the '
@@ -694,7 +695,7 @@ class Supervisor:
         and forwarding starts only with a command near the state in the first place.
         """
         cap = self.cfg.timeouts[self.mode]
-        since = np.clip(now - self.target_changed, 0.0, cap)
+        since = _clip(now - self.target_changed, 0.0, cap)
         return np.where(np.isfinite(self.previous_target) & np.isfinite(since), since, cap)
 
     @property
@@ -799,7 +800,7 @@ class Supervisor:
         # old large rate opposing the command held the target still for good.
         rmax = limits.max_target_rate * self.scale
         rate = np.where(dt >= self.cfg.timeouts[self.mode], 0.0,
-                        np.clip(self.previous_rate, -rmax, rmax))
+                        _clip(self.previous_rate, -rmax, rmax))
         try:
             out, clips = filter_command(limits, self.scale, cmd, self.q, self.dq,
                                         self.previous_target, dt, rate)
@@ -808,10 +809,10 @@ class Supervisor:
             self.last_reject = f'{self.mode}/command: {exc}'
             return self._not_forwarding(now, f'filter rejected the command: {exc}')
         count_clips(self.clips, clips, cmd.index)
-        clipped = any(np.any(m) for m in clips.values())
+        clipped = any(m.any() for m in clips.values())
         if clipped:
             self.clipped_outputs += 1
-            kinds = [k for k, m in clips.items() if np.any(m)]
+            kinds = [k for k, m in clips.items() if m.any()]
             if self.mode == 'policy':
                 self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
                                   + ', '.join(self._names_idx(cmd.index[np.any(
@@ -863,7 +864,7 @@ class Supervisor:
             dt = self.rate_dt(now)
             rmax = b.limits.max_target_rate * self.scale
             rate = np.where(dt >= self.cfg.timeouts[self.mode], 0.0,
-                            np.clip(self.previous_rate, -rmax, rmax))
+                            _clip(self.previous_rate, -rmax, rmax))
             try:
                 out, clips = filter_command(b.limits, self.scale, cmd, self.q, self.dq,
                                             self.previous_target, dt, rate)
@@ -871,7 +872,7 @@ class Supervisor:
                 b.end('cancelled', now, f'filter rejected the bring-up target: {exc}')
                 self.events.append((now, f'bring-up cancelled: {exc}'))
                 return None
-            b.clips += int(any(np.any(m) for m in clips.values()))
+            b.clips += int(any(m.any() for m in clips.values()))
             self._remember_target(out, now, dt)
             b.last = out
         self.hold_position = None     # the robot moved: a later hold captures it anew
@@ -964,7 +965,7 @@ class Supervisor:
                            f'{math.degrees(self.cfg.max_tilt_rad):.1f} deg', now)
                 return
         fast = np.abs(self.dq) > self.cfg.trip_velocity
-        if np.any(fast):
+        if fast.any():
             self._trip(f'joint velocity beyond trip_velocity: {self._names(fast)} '
                        f'({np.abs(self.dq[fast]).round(2).tolist()} rad/s)', now)
 
