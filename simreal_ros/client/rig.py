@@ -253,7 +253,10 @@ class SafetyProbe:
         self.output_sent = []   # the supervisor's publish time of each (s, system clock)
         self.state = {}
         self.joint_states = None
-        self.policy = self.node.create_publisher(JointState, 'policy/command', COMMAND_QOS)
+        # Made when the probe first plays the policy: a second publisher of policy/command
+        # beside a policy_runner is a rogue to the supervisor.
+        self.policy = None
+        self._command_qos = COMMAND_QOS
         self.node.create_subscription(JointState, 'hardware/command', self._on_output,
                                       record_qos())
         self.node.create_subscription(String, 'safety/state', self._on_state, LATCHED_QOS)
@@ -295,6 +298,9 @@ class SafetyProbe:
     def publish(self, position):
         msg = self._JointState(name=self.names, position=[float(v) for v in position])
         msg.header.stamp = self.node.get_clock().now().to_msg()
+        if self.policy is None:
+            self.policy = self.node.create_publisher(self._JointState, 'policy/command',
+                                                     self._command_qos)
         self.policy.publish(msg)
         self.sent += 1
 

@@ -2,6 +2,7 @@
 import math
 import os
 import sys
+import time
 
 import rclpy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -352,3 +353,79 @@ def _before_shutdown(node, name):
         hook()
     except Exception as exc:  # noqa: BLE001 - shutting down regardless, but say so
         print(f'[{name}] before_shutdown failed: {exc}', file=sys.stderr, flush=True)
+
+
+ROGUE_ACTIONS = ('estop', 'alarm')
+ROGUE_ACTION_DOC = ("what a publisher that breaks the rule of who may publish does: 'estop' "
+                    "(the default: the robot stops, the node named; a robot must not obey or "
+                    "believe an unknown node) or 'alarm' (an ERROR on /diagnostics naming it, "
+                    "its messages still refused where the node can tell them apart)")
+
+
+def declare_names(node, name, description):
+    """Declare a read-only string-array parameter (empty by default); return its value."""
+    from rclpy.parameter import Parameter
+    value = node.declare_parameter(
+        name, Parameter.Type.STRING_ARRAY,
+        ParameterDescriptor(description=description, read_only=True)).value
+    return [str(v) for v in value] if value is not None else []
+
+
+class PublisherWatch:
+    """The publishers of one topic, checked against a PublisherRule on a low-rate timer.
+
+    The graph query (`get_publishers_info_by_topic`) is a few tens of microseconds: it runs
+    every `period_s` (steady clock). `on_change(rogues, why)` is called when the set of rogue
+    nodes changes (empty: the rule holds again).
+
+    The graph can list an endpoint before its node's name is known
+    (`_NODE_NAME_UNKNOWN_`, for a moment after discovery). Such an endpoint is given
+    `unknown_grace_s` to get its name; one that never does is a DDS writer outside ROS and a
+    rogue, named by its GID.
+
+    Messages are not checked one by one: rclpy's EventsExecutor cannot pass a message's
+    publisher to its callback (SystemError in rclpy 9), so a rogue's messages can be taken
+    between its discovery and the next check. SROS2 closes that window (docs/security.md).
+    """
+
+    UNKNOWN = '_NODE_NAME_UNKNOWN_'
+
+    def __init__(self, node, topic, rule, on_change, period_s=0.2, unknown_grace_s=2.0,
+                 callback_group=None):
+        from rclpy.clock import Clock, ClockType
+        self.node = node
+        self.topic = node.resolve_topic_name(topic)
+        self.rule = rule
+        self.on_change = on_change
+        self.rogues = []
+        self.why = ''
+        self.checks = 0
+        self.rogue_spells = 0       # times the rule went from holding to broken
+        self.unknown_grace_s = unknown_grace_s
+        self._unknown_since = {}    # gid -> monotonic time first seen without a node name
+        self.timer = node.create_timer(period_s, self.check, callback_group=callback_group,
+                                       clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    def check(self):
+        """Query the graph and apply the rule; return the rogue node names."""
+        from simreal_ros.core.publishers import node_fqn
+        now = time.monotonic()
+        self.checks += 1
+        endpoints, unknown = [], {}
+        for info in self.node.get_publishers_info_by_topic(self.topic):
+            gid = bytes(info.endpoint_gid)
+            if self.UNKNOWN in info.node_name:
+                first = self._unknown_since.get(gid, now)
+                unknown[gid] = first
+                if now - first >= self.unknown_grace_s:
+                    endpoints.append((f'<DDS writer {gid.hex()} without a ROS node>', gid))
+                continue
+            endpoints.append((node_fqn(info.node_name, info.node_namespace), gid))
+        self._unknown_since = unknown
+        _, rogues, why = self.rule.review(endpoints)
+        if rogues != self.rogues:
+            if rogues and not self.rogues:
+                self.rogue_spells += 1
+            self.rogues, self.why = rogues, why
+            self.on_change(rogues, why)
+        return rogues

@@ -65,9 +65,11 @@ from simreal_ros.core.cdr import JointStateEncoder, split_stamp
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
 from simreal_ros.core.safety.stages import RecordWriter
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_SUB_QOS,
-                                      PolledSubscription, declare, declare_priority, run,
-                                      stamp_to_sec)
+from simreal_ros.core.publishers import PublisherRule
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, ROGUE_ACTION_DOC,
+                                      ROGUE_ACTIONS, SENSOR_SUB_QOS, PolledSubscription,
+                                      PublisherWatch, declare, declare_names, declare_priority,
+                                      run, stamp_to_sec)
 
 ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'supervised joints (names as in joint_states)'),
@@ -204,6 +206,19 @@ class SafetySupervisor(Node):
                 JointState, f'{source}/command',
                 lambda msg, s=source: self._on_command(s, msg), COMMAND_QOS,
                 callback_group=control)
+        self.rogue_action = p['rogue_publisher_action']
+        self._rogues = {}    # topic -> (rogue node names, why) while its rule is broken
+        own = self.get_fully_qualified_name()
+        ns = self.get_namespace()
+        rules = [('hardware/command', [own]), ('joint_states', p['driver_publishers'])]
+        if cfg.use_imu:
+            rules.append(('imu', p['driver_publishers']))
+        rules.append(('policy/command', p['policy_publishers']))
+        self.watches = [
+            PublisherWatch(self, topic, PublisherRule(topic, allowed, own, ns),
+                           lambda rogues, why, t=topic: self._on_rogues(t, rogues, why),
+                           period_s=p['publisher_check_period_s'], callback_group=services)
+            for topic, allowed in rules]
         self.create_service(Trigger, 'safety/estop', self._srv_estop, callback_group=services)
         self.create_service(Trigger, 'safety/reset', self._srv_reset, callback_group=services)
         self.create_service(Trigger, 'safety/advance_stage', self._srv_advance,
@@ -331,6 +346,23 @@ class SafetySupervisor(Node):
                                      '(also published on every event)', low=0.1, high=100.0,
                                      read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        p['driver_publishers'] = declare_names(
+            self, 'driver_publishers', 'nodes that may publish joint_states and imu (names '
+            'relative to this node\'s namespace, or /ns/name); empty (the default): any one '
+            'node, and a second one makes both rogues: two drivers cannot both be right')
+        p['policy_publishers'] = declare_names(
+            self, 'policy_publishers', 'nodes that may publish policy/command (as '
+            'driver_publishers); empty (the default): any one node, normally policy_runner')
+        p['rogue_publisher_action'] = declare(self, 'rogue_publisher_action', 'estop',
+                                              ROGUE_ACTION_DOC, read_only=True)
+        if p['rogue_publisher_action'] not in ROGUE_ACTIONS:
+            raise ConfigError(f"safety_supervisor parameter rogue_publisher_action: "
+                              f"{p['rogue_publisher_action']!r} is not one of {ROGUE_ACTIONS}")
+        p['publisher_check_period_s'] = declare(
+            self, 'publisher_check_period_s', 0.2, 'how often the publishers of hardware/command, '
+            'joint_states, imu and policy/command are checked against who may publish them '
+            '(one graph query each, steady clock); a new publisher is also checked when its '
+            'first message arrives (s)', low=0.01, high=10.0, read_only=True)
         p['poll_inputs'] = declare(
             self, 'poll_inputs', True, 'take joint_states and imu at the start of each tick '
             '(every sample waiting, in order) instead of one executor callback per message: '
@@ -495,6 +527,20 @@ class SafetySupervisor(Node):
             self._publish_state()
 
     # -- services ---------------------------------------------------------------------------
+    def _on_rogues(self, topic, rogues, why):
+        """The publishers of `topic` broke (rogues) or again keep (none) their rule."""
+        if not rogues:
+            self._rogues.pop(topic, None)
+            self.get_logger().warning(f'publishers of {topic} as allowed again')
+            return
+        self._rogues[topic] = (rogues, why)
+        self.get_logger().error(f'rogue publisher: {why}')
+        if self.rogue_action == 'estop':
+            now = self._now()
+            with self._lock:
+                self._send(self.core.rogue_publisher(why, now), now)
+            self._log_events()
+
     def _srv_estop(self, request, response):
         now = self._now()
         with self._lock:
@@ -508,6 +554,12 @@ class SafetySupervisor(Node):
         return response
 
     def _srv_reset(self, request, response):
+        if self._rogues:
+            response.success = False
+            response.message = ('reset refused: rogue publisher still there: ' + '; '.join(
+                why for _, why in self._rogues.values()))
+            self.get_logger().warning(response.message)
+            return response
         with self._lock:
             response.success, response.message = self.core.reset(self._now())
         if not response.success:
@@ -570,6 +622,8 @@ class SafetySupervisor(Node):
         s['stage_record'] = {'file': self.stage_file, 'writes': self.writer.writes,
                              'write_failures': self.writer.failures, 'error': self.writer.error}
         s['dds_transport'] = getattr(self, 'dds_transport', 'unknown')
+        s['rogue_publishers'] = {t: {'nodes': r, 'why': w}
+                                 for t, (r, w) in getattr(self, '_rogues', {}).items()}
         return s
 
     def _publish_heartbeat(self):
@@ -599,7 +653,11 @@ class SafetySupervisor(Node):
         with self._lock:
             s = self._status()
         st = DiagnosticStatus(name='safety_supervisor', hardware_id=s['mode'])
-        if s['estop']:
+        if s['rogue_publishers']:
+            st.level = DiagnosticStatus.ERROR
+            st.message = 'rogue publisher: ' + '; '.join(
+                r['why'] for r in s['rogue_publishers'].values())
+        elif s['estop']:
             st.level, st.message = DiagnosticStatus.ERROR, f'E-STOP: {s["estop_cause"]}'
         elif s['stage_record']['error']:
             st.level, st.message = DiagnosticStatus.ERROR, s['stage_record']['error']
@@ -629,7 +687,10 @@ class SafetySupervisor(Node):
                   'stage_record_write_failures': s['stage_record']['write_failures'],
                   'bringup.phase': s['bringup']['phase'],
                   'bringup.progress': s['bringup'].get('progress'),
-                  'bringup.max_error_rad': s['bringup'].get('max_error_rad')}
+                  'bringup.max_error_rad': s['bringup'].get('max_error_rad'),
+                  'rogue_publishers': ' '.join(sorted({n for r in s['rogue_publishers'].values()
+                                                       for n in r['nodes']})),
+                  'rogue_publisher_spells': sum(w.rogue_spells for w in self.watches)}
         for kind, per_joint in s['clips'].items():
             values[f'clips.{kind}'] = sum(per_joint.values())
         for source, count in s['rejected'].items():

@@ -54,8 +54,10 @@ from simreal_ros.core import unitree
 from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder, split_stamp
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
-                                      declare, declare_priority, run)
+from simreal_ros.core.publishers import PublisherRule
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, ROGUE_ACTION_DOC,
+                                      ROGUE_ACTIONS, SENSOR_PUB_QOS, PublisherWatch, declare,
+                                      declare_names, declare_priority, run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -113,7 +115,9 @@ class SimRobot(Node):
         self.model_path = model_path
 
         self.counters = dict(commands_received=0, commands_rejected=0, ticks=0, overruns=0,
-                             commands_without_heartbeat=0, heartbeat_losses=0)
+                             commands_without_heartbeat=0, heartbeat_losses=0,
+                             commands_while_rogue=0, rogue_spells=0)
+        self.rogues, self.rogue_why = [], ''
         self.command_timeout = p['command_timeout_s']
         self._heartbeat = None      # steady time of the supervisor's last heartbeat
         self._driver_state = None   # (damped, cause) last published on driver/state
@@ -140,6 +144,12 @@ class SimRobot(Node):
                             if self.plant.floating_base else None)
             self.create_subscription(JointState, 'hardware/command', self._on_command,
                                      COMMAND_QOS, callback_group=group)
+            self.rogue_action = p['rogue_publisher_action']
+            self.command_watch = PublisherWatch(
+                self, 'hardware/command',
+                PublisherRule('hardware/command', p['command_publishers'],
+                              self.get_fully_qualified_name(), self.get_namespace()),
+                self._on_rogues, period_s=p['publisher_check_period_s'], callback_group=group)
             # A silent supervisor is an e-stop (docs/real_robot.md): once its heartbeat has
             # been heard, losing it for command_timeout_s damps every joint until it is back.
             self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
@@ -188,6 +198,23 @@ class SimRobot(Node):
                                       'position gain per joint (N*m/rad)')
         p['kd'] = self._declare_array('kd', Parameter.Type.DOUBLE_ARRAY,
                                       'velocity gain per joint (N*m*s/rad)')
+        p['command_publishers'] = declare_names(
+            self, 'command_publishers', 'nodes whose hardware/command this driver obeys (names '
+            'relative to its namespace, or /ns/name): on a robot, the supervisor; `simreal up` '
+            'and the launch file set it to safety_supervisor when they start one. Empty (the '
+            'default, for benches that command it directly): any one node, and a second one '
+            'makes both rogues')
+        p['rogue_publisher_action'] = declare(self, 'rogue_publisher_action', 'estop',
+                                              ROGUE_ACTION_DOC + " ('estop' here: every joint "
+                                              'damped and every command refused while a rogue '
+                                              'publishes)', read_only=True)
+        if p['rogue_publisher_action'] not in ROGUE_ACTIONS:
+            raise ConfigError(f"sim_robot parameter rogue_publisher_action: "
+                              f"{p['rogue_publisher_action']!r} is not one of {ROGUE_ACTIONS}")
+        p['publisher_check_period_s'] = declare(
+            self, 'publisher_check_period_s', 0.2, 'how often the publishers of hardware/command '
+            'are checked (one graph query, steady clock); a publisher is also checked when its '
+            'first command arrives (s)', low=0.01, high=10.0, read_only=True)
         p['command_timeout_s'] = declare(self, 'command_timeout_s', 0.1, 'a joint without a new '
                                          'command for this long gets damping (s)', low=0.001,
                                          high=10.0, read_only=True)
@@ -277,15 +304,33 @@ class SimRobot(Node):
 
     def _report_driver_state(self, damped, lost=None):
         lost = self._heartbeat_lost() if lost is None else lost
-        cause = ('safety/heartbeat lost' if lost else
+        rogue = self.rogues and self.rogue_action == 'estop'
+        cause = (f'rogue publisher: {self.rogue_why}' if rogue else
+                 'safety/heartbeat lost' if lost else
                  f'no command for {self.command_timeout:g} s' if damped else 'commanded')
         if self._driver_state == (damped, cause):
             return
         self._driver_state = (damped, cause)
         self.pub_driver.publish(String(data=json.dumps({'damped': damped, 'cause': cause})))
 
+    def _on_rogues(self, rogues, why):
+        """hardware/command has publishers it may not have (or, rogues empty, no longer)."""
+        self.rogues, self.rogue_why = rogues, why
+        if rogues:
+            self.counters['rogue_spells'] += 1
+            self.get_logger().error(f'rogue publisher: {why}')
+            if self.rogue_action == 'estop':
+                with self._lock:
+                    self.plant.expire_all()
+        else:
+            self.get_logger().warning('hardware/command: publishers as allowed again')
+        self._report_driver_state(self.plant.damped)
+
     def _on_command(self, msg):
         self.counters['commands_received'] += 1
+        if self.rogues and self.rogue_action == 'estop':
+            self.counters['commands_while_rogue'] += 1
+            return
         if self._heartbeat_lost():
             # A supervisor that stopped beating does not command; whoever sends this is not it.
             self.counters['commands_without_heartbeat'] += 1
@@ -446,7 +491,10 @@ class SimRobot(Node):
         rate = (ticks - ticks0) / dt
         status = DiagnosticStatus(name='sim_robot: physics', hardware_id=str(self.model_path))
         rejected = self.counters['commands_rejected']
-        if rejected:
+        if self.rogues:
+            status.level = DiagnosticStatus.ERROR
+            status.message = f'rogue publisher: {self.rogue_why}'
+        elif rejected:
             status.level = DiagnosticStatus.WARN
             status.message = f'{rejected} commands rejected (last: {self.last_reject})'
         else:
@@ -455,7 +503,8 @@ class SimRobot(Node):
         values = dict(self.counters, command_timeouts=self.plant.timeouts,
                       executor=self.executor_kind,
                       publish_rate_hz=f'{rate:.1f}', real_time_factor=f'{(sim - sim0) / dt:.3f}',
-                      sim_time_s=f'{sim:.3f}', last_reject=self.last_reject)
+                      sim_time_s=f'{sim:.3f}', last_reject=self.last_reject,
+                      rogue_publishers=' '.join(self.rogues))
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
         out = DiagnosticArray(status=[status])
         out.header.stamp = self.get_clock().now().to_msg()

@@ -341,6 +341,7 @@ class Supervisor:
         self.late_ticks = 0
         self.max_tick_gap = 0.0
         self.clock_jumps = 0
+        self.rogue_publishers = 0   # e-stops for a node publishing what it may not
         self.grace_holds = 0
         self.foreign_sysid = 0
         self.sysid_owner = None
@@ -498,6 +499,13 @@ class Supervisor:
     def estop(self, cause, now):
         """Latch the e-stop now and return the safe output to send at once."""
         self._trip(cause, now, fault='operator')
+        return self.tick(now, count=False)
+
+    def rogue_publisher(self, why, now):
+        """Latch the e-stop: a node that may not publish an input or the output does
+        (`why` names it); return the safe output to send at once."""
+        self.rogue_publishers += 1
+        self._trip(f'rogue publisher: {why}', now)
         return self.tick(now, count=False)
 
     def clock_jump(self, delta_s, now):

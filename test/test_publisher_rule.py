@@ -1,0 +1,51 @@
+"""core/publishers.py: who may publish a topic, judged from the graph's endpoints."""
+import pytest
+
+from simreal_ros.core.publishers import PublisherRule, node_fqn, qualify
+
+
+def ep(name, n=1):
+    return (name, bytes([n]) * 16)
+
+
+def test_names_are_qualified_in_the_checking_nodes_namespace():
+    assert qualify('safety_supervisor', '/left') == '/left/safety_supervisor'
+    assert qualify('/other/x', '/left') == '/other/x'
+    assert qualify('x', '/') == '/x'
+    assert node_fqn('x', '') == '/x'
+
+
+def test_only_the_allowed_node_may_publish_and_the_other_is_named():
+    rule = PublisherRule('hardware/command', ['safety_supervisor'], '/sim_robot')
+    gids, rogues, why = rule.review([ep('/safety_supervisor', 1), ep('/rogue', 2)])
+    assert rogues == ['/rogue'] and '/rogue' in why
+    assert gids == {bytes([1]) * 16}
+    assert rule.review([ep('/safety_supervisor', 1)])[1] == []
+
+
+def test_the_checking_nodes_own_endpoints_never_count():
+    rule = PublisherRule('hardware/command', ['/safety_supervisor'], '/safety_supervisor')
+    assert rule.review([ep('/safety_supervisor', 1)])[1] == []
+    assert rule.review([ep('/safety_supervisor', 1), ep('/x', 2)])[1] == ['/x']
+
+
+def test_any_one_node_but_a_second_makes_both_suspect():
+    rule = PublisherRule('joint_states', [], '/safety_supervisor')
+    assert rule.review([ep('/sim_robot', 1)])[1] == []
+    gids, rogues, why = rule.review([ep('/sim_robot', 1), ep('/spoof', 2)])
+    assert rogues == ['/sim_robot', '/spoof'] and gids == set()
+    assert '2 nodes publish joint_states' in why
+
+
+def test_a_second_process_with_the_allowed_name_is_a_rogue():
+    rule = PublisherRule('hardware/command', ['safety_supervisor'], '/sim_robot')
+    gids, rogues, why = rule.review([ep('/safety_supervisor', 1), ep('/safety_supervisor', 2)])
+    assert rogues == ['/safety_supervisor'] and gids == set()
+    assert 'same node name' in why
+    rule = PublisherRule('joint_states', [], '/safety_supervisor')
+    assert rule.review([ep('/sim_robot', 1), ep('/sim_robot', 2)])[1] == ['/sim_robot']
+
+
+def test_a_bad_endpoint_bound_is_refused():
+    with pytest.raises(ValueError):
+        PublisherRule('t', [], '/n', max_endpoints_per_node=0)
