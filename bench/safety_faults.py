@@ -52,10 +52,10 @@ SCENARIOS = ('policy_killed', 'joint_states_stopped', 'nan_commands', 'far_beyon
              'supervisor_sigterm', 'supervisor_sigkill', 'supervisor_stalled',
              'stage_record_unwritable', 'clock_jump', 'dwell_while_not_forwarding',
              'concurrent_sysid', 'sysid_during_estop', 'stage_list_changed',
-             'cmd_vel_timeout')
+             'cmd_vel_timeout', 'rogue_command_publisher', 'spoofed_joint_states')
 # Each scenario's time from the fault to the safe output (or the driver's damping), by key.
 FAULT_TIMES = ('fault_to_safe_ms', 'signal_to_safe_ms', 'kill_to_driver_damped_ms',
-               'estop_to_safe_ms', 'jump_to_safe_ms')
+               'estop_to_safe_ms', 'jump_to_safe_ms', 'first_message_to_safe_ms')
 
 
 def make_rig(tmp, supervisor=None, **kwargs):
@@ -853,6 +853,71 @@ def sc_cmd_vel_timeout(tmp, args):
                 'cmd_vel_clipped': clips, 'cmd_vel_timeouts': timeouts}
     finally:
         rig.close()
+
+
+def _rogue(tmp, topic, qos, make_msg, name):
+    """A node that should not publish `topic` starts to: the supervisor must e-stop naming it."""
+    import json
+    from std_msgs.msg import String
+    from simreal_ros.client.rig import Intruder
+    from simreal_ros.nodes.common import LATCHED_QOS
+    rig = make_rig(tmp, sim={'command_publishers': ['safety_supervisor']})
+    try:
+        rig.wait_forwarding()
+        states = []
+        rig.node.create_subscription(String, 'driver/state',
+                                     lambda m: states.append((time.monotonic(),
+                                                              json.loads(m.data))), LATCHED_QOS)
+        js = rig.probe.joint_states
+        names, q0 = list(js.name), list(js.position)
+        intruder = Intruder(name, topic, qos, lambda: make_msg(names, q0))
+        try:
+            wait_for(lambda: rig.probe.get('estop'), 10, what=f'the e-stop for {name}')
+            estop_at = time.monotonic()
+            safe_at = rig.first_safe_after(intruder.first_sent)
+            cause = rig.probe.get('estop_cause') or ''
+            damped = None
+            if topic == 'hardware/command':
+                wait_for(lambda: any(s['damped'] and f'/{name}' in s['cause']
+                                     for _, s in states), 5, what='the driver damped')
+                damped = next(t for t, s in states if s['damped'] and f'/{name}' in s['cause'])
+            rig.probe.hold_current()
+            reset = rig.call('reset')
+        finally:
+            intruder.close()
+        out = {'passed': f'/{name}' in cause and 'rogue publisher' in cause
+               and not reset.success and 'rogue' in reset.message,
+               # the safe output on hardware/command; safety/state (10 Hz) says so later
+               'first_message_to_safe_ms': round((safe_at - intruder.first_sent) * 1e3, 1),
+               'first_message_to_estop_state_ms': round((estop_at - intruder.first_sent) * 1e3,
+                                                        1),
+               'cause': cause, 'reset_while_there': reset.message}
+        if damped is not None:
+            out['first_message_to_driver_damped_ms'] = round(
+                (damped - intruder.first_sent) * 1e3, 1)
+            out['passed'] = out['passed'] and damped is not None
+        return out
+    finally:
+        rig.close()
+
+
+def sc_rogue_command_publisher(tmp, args):
+    """A second node commands hardware/command: e-stop naming it; the driver damps."""
+    from sensor_msgs.msg import JointState
+    from simreal_ros.nodes.common import COMMAND_QOS
+    return _rogue(tmp, 'hardware/command', COMMAND_QOS,
+                  lambda names, q0: JointState(name=names, position=[q + 0.5 for q in q0]),
+                  'rogue_commander')
+
+
+def sc_spoofed_joint_states(tmp, args):
+    """A second node publishes joint_states (a frozen pose): e-stop naming it."""
+    from sensor_msgs.msg import JointState
+    from simreal_ros.nodes.common import SENSOR_PUB_QOS
+    return _rogue(tmp, 'joint_states', SENSOR_PUB_QOS,
+                  lambda names, q0: JointState(name=names, position=q0,
+                                               velocity=[0.0] * len(names)),
+                  'spoofed_driver')
 
 
 def run_properties(cases):

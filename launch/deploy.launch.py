@@ -33,6 +33,8 @@ ARGUMENTS = (
     ('namespace', '', 'namespace of every node (several robots on one DDS domain)'),
     ('rviz', 'false', 'start rviz2 with config/monitor.rviz'),
     ('urdf', '', 'URDF file: also start robot_state_publisher (the robot model in rviz)'),
+    ('enclaves', '', 'SROS2: each node runs in the enclave <enclaves>/<node name> of '
+                     'ROS_SECURITY_KEYSTORE (docs/security.md); empty = no --enclave'),
 )
 
 
@@ -68,11 +70,17 @@ def _graph_actions(context):
             package='robot_state_publisher', executable='robot_state_publisher',
             namespace=graph.namespace or None, output='log',
             parameters=[{'robot_description': description}]))
+    enclaves = LaunchConfiguration('enclaves').perform(context).strip().rstrip('/')
+    if enclaves and not enclaves.startswith('/'):
+        raise RuntimeError(f'deploy.launch.py: enclaves:={enclaves}: an enclave path starts '
+                           "with '/' (e.g. /simreal)")
     for spec in graph.nodes:
+        extra = ({'ros_arguments': ['--enclave', f'{enclaves}/{spec.name}']} if enclaves
+                 else {})
         actions.append(Node(
             package='simreal_ros', executable=spec.executable, name=spec.name,
             namespace=graph.namespace or None, parameters=list(spec.params_files),
-            remappings=list(spec.remaps), output='screen', emulate_tty=True))
+            remappings=list(spec.remaps), output='screen', emulate_tty=True, **extra))
     return actions
 
 

@@ -204,7 +204,7 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
         over = dict(overrides.get(name, {}))
         if name == POLICY and policy:
             over['policy_path'] = str(resolve_path(policy, what='policy'))
-        if name == SIM_NODE and driver == '' and SUPERVISOR in wanted:
+        if ((name == SIM_NODE and driver == '') or name == UNITREE) and SUPERVISOR in wanted:
             # The driver obeys the supervisor only (issue 16): any other publisher of
             # hardware/command is a rogue, named, and the robot damped.
             over.setdefault('command_publishers', [SUPERVISOR])

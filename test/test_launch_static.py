@@ -27,7 +27,7 @@ ROBOTS = sorted((REPO / 'config' / 'robots').glob('*.yaml'))
 # The robot file the Unitree driver cases use: the first with a unitree_bridge section.
 UNITREE_ROBOT = next((p for p in ROBOTS if UNITREE in node_names_in(p)), None)
 ARGUMENTS = {'robot', 'policy', 'use_sim', 'sysid', 'use_sim_time', 'namespace', 'rviz',
-             'urdf', 'driver'}
+             'urdf', 'driver', 'enclaves'}
 
 
 def setup_scripts():
@@ -108,7 +108,7 @@ def run_launch_file(values, monkeypatch):
 def launch_values(**over):
     values = {'robot': 'arm3', 'policy': '', 'use_sim': 'true', 'sysid': 'false',
               'use_sim_time': 'false', 'namespace': '', 'rviz': 'false', 'urdf': '',
-              'driver': ''}
+              'driver': '', 'enclaves': ''}
     values.update(over)
     return values
 
@@ -364,6 +364,18 @@ def test_urdf_adds_robot_state_publisher(monkeypatch, tmp_path):
         run_launch_file(launch_values(policy=policy_file(tmp_path),
                                       urdf=str(tmp_path / 'absent.urdf')), monkeypatch)
 
+
+
+def test_enclaves_give_each_node_its_own_sros2_enclave(monkeypatch, tmp_path):
+    values = launch_values(policy=policy_file(tmp_path))
+    _, nodes, _ = run_launch_file(values, monkeypatch)
+    assert all('ros_arguments' not in n for n in nodes)
+    _, nodes, _ = run_launch_file(dict(values, enclaves='/simreal/'), monkeypatch)
+    ours = [n for n in nodes if n['package'] == 'simreal_ros']
+    assert ours and all(n['ros_arguments'] == ['--enclave', f"/simreal/{n['name']}"]
+                        for n in ours)
+    with pytest.raises(RuntimeError, match='enclaves:=simreal'):
+        run_launch_file(dict(values, enclaves='simreal'), monkeypatch)
 
 
 @pytest.mark.parametrize('ci', ['true', ''], ids=['ci', 'not-ci'])

@@ -6,7 +6,6 @@ second driver on `joint_states`. The graph API names them; each test fails when 
 removed from the supervisor or the driver.
 """
 import json
-import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -16,36 +15,10 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from rosproc import wait_for
-from simreal_ros.client.rig import Rig
+from simreal_ros.client.rig import Intruder, Rig
 from simreal_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_PUB_QOS
 
 pytestmark = pytest.mark.ros
-
-
-class Intruder:
-    """A node of this process publishing `topic` at 100 Hz until closed."""
-
-    def __init__(self, name, topic, qos, make):
-        self.node = rclpy.create_node(name)
-        self.pub = self.node.create_publisher(JointState, topic, qos)
-        self.make = make
-        self.sent = 0
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while not self._stop.is_set():
-            msg = self.make()
-            msg.header.stamp = self.node.get_clock().now().to_msg()
-            self.pub.publish(msg)
-            self.sent += 1
-            self._stop.wait(0.01)
-
-    def close(self):
-        self._stop.set()
-        self.thread.join(timeout=2)
-        self.node.destroy_node()
 
 
 def driver_state(rig):
@@ -136,3 +109,20 @@ def test_a_second_driver_on_joint_states_estops_naming_it(rig):
         assert 'joint_states' in cause
     finally:
         spoofer.close()
+
+
+def test_the_unitree_bridge_refuses_hardware_command_while_a_rogue_publishes(ros):
+    with Rig(bridge={'command_publishers': ['safety_supervisor']}) as rig:
+        rig.wait_forwarding()
+        states = driver_state(rig)
+        names = list(rig.probe.joint_states.name)
+        target = [q + 0.5 for q in rig.probe.joint_states.position]
+        rogue = Intruder('rogue_commander', 'hardware/command', COMMAND_QOS,
+                         lambda: JointState(name=names, position=target))
+        try:
+            wait_for(lambda: any(s['damped'] and '/rogue_commander' in s['cause']
+                                 for s in states), 10,
+                     what="unitree_bridge's driver/state damped, naming the rogue")
+            assert '/rogue_commander' in rig.state('estop_cause')
+        finally:
+            rogue.close()

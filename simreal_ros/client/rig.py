@@ -341,6 +341,41 @@ class SafetyProbe:
         self.spinner.stop()
 
 
+class Intruder:
+    """A node that should not publish, publishing `topic` (JointState) at 100 Hz until closed.
+
+    `make()` returns each message (the header stamp is set here). `first_sent` is the
+    monotonic time of its first message. For the rogue-publisher tests and benches.
+    """
+
+    def __init__(self, name, topic, qos, make):
+        import rclpy
+        from sensor_msgs.msg import JointState
+        self.node = rclpy.create_node(name)
+        self.pub = self.node.create_publisher(JointState, topic, qos)
+        self.make = make
+        self.sent = 0
+        self.first_sent = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            msg = self.make()
+            msg.header.stamp = self.node.get_clock().now().to_msg()
+            self.pub.publish(msg)
+            if self.first_sent is None:
+                self.first_sent = time.monotonic()
+            self.sent += 1
+            self._stop.wait(0.01)
+
+    def close(self):
+        self._stop.set()
+        self.thread.join(timeout=2)
+        self.node.destroy_node()
+
+
 class Recorder:
     """Every message on one topic as (monotonic arrival, msg), under a lock."""
 

@@ -35,8 +35,12 @@ from std_srvs.srv import Trigger
 from simreal_ros.core import unitree
 from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder
 from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
-                                      PolledSubscription, declare, declare_priority, run)
+from simreal_ros.core.config import ConfigError
+from simreal_ros.core.publishers import PublisherRule
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, ROGUE_ACTION_DOC,
+                                      ROGUE_ACTIONS, SENSOR_PUB_QOS, PolledSubscription,
+                                      PublisherWatch, declare, declare_names, declare_priority,
+                                      run)
 
 SHUTDOWN_DAMPING_SENDS = 10
 
@@ -68,7 +72,8 @@ class UnitreeBridge(Node):
         self.lowstate = self.wire.reader(cfg.interface, 'LowState_', unitree_dds.TOPIC_STATE,
                                          depth=8)
         self.counters = dict(write_errors=0, remote_service_calls=0,
-                             remote_service_unavailable=0)
+                             remote_service_unavailable=0, commands_while_rogue=0,
+                             rogue_spells=0)
         self.last_reject = ''
         self.last_error = ''
         self._pending_remote = None      # 'estop' / 'reset' not yet delivered to the supervisor
@@ -106,6 +111,13 @@ class UnitreeBridge(Node):
                                      COMMAND_QOS, callback_group=group)
             self.create_subscription(DiagnosticStatus, 'safety/heartbeat', self._on_heartbeat,
                                      COMMAND_QOS, callback_group=group)
+        self.rogue_action = p['rogue_publisher_action']
+        self.rogues, self.rogue_why = [], ''
+        self.command_watch = PublisherWatch(
+            self, 'hardware/command',
+            PublisherRule('hardware/command', p['command_publishers'],
+                          self.get_fully_qualified_name(), self.get_namespace()),
+            self._on_rogues, period_s=p['publisher_check_period_s'], callback_group=group)
         self.cli_estop = self.create_client(Trigger, 'safety/estop')
         self.cli_reset = self.create_client(Trigger, 'safety/reset')
         self.create_timer(1.0 / self.rate_hz, self._tick, callback_group=group,
@@ -184,6 +196,21 @@ class UnitreeBridge(Node):
         p['imu_frame_id'] = declare(self, 'imu_frame_id', 'imu_link', 'imu header frame_id',
                                     read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        p['command_publishers'] = declare_names(
+            self, 'command_publishers', 'nodes whose hardware/command this bridge obeys (names '
+            'relative to its namespace, or /ns/name): `simreal up` and the launch file set it '
+            'to safety_supervisor. Empty (the default): any one node, a second makes both rogues')
+        p['rogue_publisher_action'] = declare(self, 'rogue_publisher_action', 'estop',
+                                              ROGUE_ACTION_DOC + " ('estop' here: every command "
+                                              'refused while a rogue publishes, so the robot is '
+                                              'damped after command_timeout_s)', read_only=True)
+        if p['rogue_publisher_action'] not in ROGUE_ACTIONS:
+            raise ConfigError(f"unitree_bridge parameter rogue_publisher_action: "
+                              f"{p['rogue_publisher_action']!r} is not one of {ROGUE_ACTIONS}")
+        p['publisher_check_period_s'] = declare(
+            self, 'publisher_check_period_s', 0.2, 'how often the publishers of hardware/command '
+            'are checked (one graph query, steady clock) (s)', low=0.01, high=10.0,
+            read_only=True)
         p['poll_inputs'] = declare(self, 'poll_inputs', True, 'take hardware/command and '
                                    'safety/heartbeat at the start of each tick instead of an '
                                    'executor callback per message (false = callbacks)',
@@ -191,7 +218,20 @@ class UnitreeBridge(Node):
         return p
 
     # -- inputs ---------------------------------------------------------------------------
+    def _on_rogues(self, rogues, why):
+        """hardware/command has publishers it may not have (or, rogues empty, no longer)."""
+        self.rogues, self.rogue_why = rogues, why
+        if rogues:
+            self.counters['rogue_spells'] += 1
+            self.get_logger().error(f'rogue publisher: {why}')
+        else:
+            self.get_logger().warning('hardware/command: publishers as allowed again')
+
     def _on_command(self, msg):
+        if self.rogues and self.rogue_action == 'estop':
+            # Every command refused while a rogue publishes: the command timeout damps.
+            self.counters['commands_while_rogue'] += 1
+            return
         try:
             self.core.command(msg.name, msg.position, msg.velocity, msg.effort,
                               time.monotonic())
@@ -285,6 +325,8 @@ class UnitreeBridge(Node):
 
     def _report(self, cause):
         damped = cause != 'commanded'
+        if damped and self.rogues and self.rogue_action == 'estop':
+            cause = f'rogue publisher: {self.rogue_why}; {cause}'
         key = (damped, re.sub(r'[0-9.]+', '#', cause))   # not every change of a figure
         if self._driver_state is not None and self._driver_state[0] == key:
             return
