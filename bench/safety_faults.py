@@ -116,6 +116,10 @@ def sc_policy_killed(tmp, args):
                 'estop_cause': rig.state('estop_cause'),
                 'reason': rig.state('safe_reason')}
     finally:
+        # The graph keeps the killed policy's endpoint for its DDS lease (20 s): the next
+        # scenario's policy would be a second publisher of policy/command (a rogue) until then.
+        wait_for(lambda: not rig.node.get_publishers_info_by_topic('/policy/command'), 30,
+                 interval=0.5, what="the killed policy's endpoint to leave the graph")
         rig.close()
 
 

@@ -42,6 +42,7 @@ import threading
 import time
 
 REPO = Path(__file__).resolve().parents[1]
+BENCH_NODE = 'sim2sim_bench'   # this process's node (it publishes the hold)
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
 
@@ -184,6 +185,13 @@ def main(argv=None):
                         'safety_supervisor': {}}
     if args.plant == 'nominal':
         overlay_sections['sim_robot']['plant_enabled'] = False
+    # Two policy sources by design: this bench holds the default pose before policy_runner
+    # takes over (see hold_topic), so both may publish it (docs/security.md).
+    sources = ['policy_runner', BENCH_NODE]
+    if supervisor:
+        overlay_sections['safety_supervisor']['policy_publishers'] = sources
+    else:
+        overlay_sections['sim_robot']['command_publishers'] = sources
     if supervisor:   # full stage only, its stage record kept out of the user's ROS_HOME
         overlay_sections['safety_supervisor'].update(stages=[1.0], resume_stage=False,
                                                      stage_file=str(Path(tmp) / 'stages.json'))
@@ -229,7 +237,7 @@ def main(argv=None):
     from simreal_ros.nodes.common import prefer_udp_transport
     prefer_udp_transport()   # the nodes' transport (see there)
     rclpy.init()
-    node = rclpy.create_node('sim2sim_bench')
+    node = rclpy.create_node(BENCH_NODE)
     lock = threading.Lock()
     commands, poses, states = [], [], []
     # Every command is recorded: reliable and deep (COMMAND_QOS keeps only the last one).

@@ -1,6 +1,4 @@
 """core/publishers.py: who may publish a topic, judged from the graph's endpoints."""
-import pytest
-
 from simreal_ros.core.publishers import PublisherRule, node_fqn, qualify
 
 
@@ -37,15 +35,10 @@ def test_any_one_node_but_a_second_makes_both_suspect():
     assert '2 nodes publish joint_states' in why
 
 
-def test_a_second_process_with_the_allowed_name_is_a_rogue():
+def test_a_restarted_node_with_a_dead_twin_of_its_name_is_not_refused():
+    """The graph keeps a killed process's endpoints for its DDS lease (20 s)."""
     rule = PublisherRule('hardware/command', ['safety_supervisor'], '/sim_robot')
-    gids, rogues, why = rule.review([ep('/safety_supervisor', 1), ep('/safety_supervisor', 2)])
-    assert rogues == ['/safety_supervisor'] and gids == set()
-    assert 'same node name' in why
+    gids, rogues, _ = rule.review([ep('/safety_supervisor', 1), ep('/safety_supervisor', 2)])
+    assert rogues == [] and len(gids) == 2
     rule = PublisherRule('joint_states', [], '/safety_supervisor')
-    assert rule.review([ep('/sim_robot', 1), ep('/sim_robot', 2)])[1] == ['/sim_robot']
-
-
-def test_a_bad_endpoint_bound_is_refused():
-    with pytest.raises(ValueError):
-        PublisherRule('t', [], '/n', max_endpoints_per_node=0)
+    assert rule.review([ep('/sim_robot', 1), ep('/sim_robot', 2)])[1] == []

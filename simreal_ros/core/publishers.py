@@ -9,9 +9,11 @@ the publishers of the topics that move the robot or describe it, against a rule:
   rogue.
 - `allowed` empty means one node, whichever it is: a second publishing node makes both
   suspect (the checker cannot tell which one is the real driver, so it names both).
-- A node name that appears with more endpoints than `max_endpoints_per_node` (default 1: a
-  driver or a supervisor has one publisher per topic) is a rogue too: a second process that
-  took the allowed node's name.
+
+A second process under an allowed node's name is not told apart: the graph keeps a killed
+process's endpoints for its DDS lease (20 s by default), so a driver or a supervisor that
+restarts after a crash has a dead twin of the same name for that long, and it must not be
+refused. Only DDS security (SROS2, docs/security.md) tells them apart.
 
 The checking node's own endpoints are never rogues (the supervisor publishes
 `hardware/command` itself). Nothing here imports rclpy: endpoints are (node fqn, gid bytes).
@@ -36,13 +38,10 @@ def node_fqn(name, namespace):
 class PublisherRule:
     """The rule for one topic, and the verdict on the endpoints seen (see module doc)."""
 
-    def __init__(self, topic, allowed, own_fqn, namespace='/', max_endpoints_per_node=1):
+    def __init__(self, topic, allowed, own_fqn, namespace='/'):
         self.topic = topic
         self.allowed = {qualify(str(n), namespace) for n in allowed if str(n).strip()}
         self.own = own_fqn
-        self.max_endpoints = int(max_endpoints_per_node)
-        if self.max_endpoints < 1:
-            raise ValueError(f'max_endpoints_per_node {max_endpoints_per_node} < 1')
 
     def describe(self):
         return ', '.join(sorted(self.allowed)) if self.allowed else ANY_ONE
@@ -52,7 +51,7 @@ class PublisherRule:
 
         `endpoints`: iterable of (node fqn, gid bytes). The gids are those of the allowed
         publishers; none at all while the rule is broken in a way that leaves no node to
-        trust (two nodes under `any one node`, or an allowed name used twice).
+        trust (two nodes under `any one node`).
         """
         by_node = {}
         for fqn, gid in endpoints:
@@ -70,13 +69,6 @@ class PublisherRule:
             rogues += sorted(by_node)
             why.append(f'{len(by_node)} nodes publish {self.topic} ({", ".join(sorted(by_node))})'
                        ', where one driver may')
-        doubled = sorted(n for n, g in by_node.items()
-                         if len(g) > self.max_endpoints and n not in rogues)
-        if doubled:
-            rogues += doubled
-            why.append(f'{", ".join(doubled)} publish {self.topic} from '
-                       f'{max(len(by_node[n]) for n in doubled)} endpoints: a second process '
-                       'with the same node name')
         trusted = [n for n in by_node if n not in rogues]
         gids = {g for n in trusted for g in by_node[n]}
         return gids, sorted(set(rogues)), '; '.join(why)

@@ -355,11 +355,37 @@ def _before_shutdown(node, name):
         print(f'[{name}] before_shutdown failed: {exc}', file=sys.stderr, flush=True)
 
 
+def diag_name(node, part=''):
+    """The /diagnostics name of `node`: its name with its namespace (several robots on one
+    domain stay apart), then `part`: 'sim_robot: physics' at the root, 'left/sim_robot:
+    physics' under /left."""
+    name = node.get_fully_qualified_name().lstrip('/')
+    return f'{name}: {part}' if part else name
+
+
 ROGUE_ACTIONS = ('estop', 'alarm')
 ROGUE_ACTION_DOC = ("what a publisher that breaks the rule of who may publish does: 'estop' "
                     "(the default: the robot stops, the node named; a robot must not obey or "
                     "believe an unknown node) or 'alarm' (an ERROR on /diagnostics naming it, "
                     "its messages still refused where the node can tell them apart)")
+
+
+def declare_rogue_parameters(node, topics, estop_here):
+    """Declare rogue_publisher_action and publisher_check_period_s; return (action, period).
+
+    `topics`: what is checked (for the description); `estop_here`: what 'estop' does in this
+    node.
+    """
+    action = declare(node, 'rogue_publisher_action', 'estop',
+                     f"{ROGUE_ACTION_DOC} ('estop' here: {estop_here})", read_only=True)
+    if action not in ROGUE_ACTIONS:
+        raise ConfigError(f'{node.get_name()} parameter rogue_publisher_action: {action!r} is '
+                          f'not one of {ROGUE_ACTIONS}')
+    period = declare(node, 'publisher_check_period_s', 0.2,
+                     f'how often the publishers of {topics} are checked against who may publish '
+                     'them (one graph query each, steady clock) (s)', low=0.01, high=10.0,
+                     read_only=True)
+    return action, period
 
 
 def declare_names(node, name, description):

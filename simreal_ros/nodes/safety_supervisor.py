@@ -66,10 +66,10 @@ from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
 from simreal_ros.core.safety.stages import RecordWriter
 from simreal_ros.core.publishers import PublisherRule
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, ROGUE_ACTION_DOC,
-                                      ROGUE_ACTIONS, SENSOR_SUB_QOS, PolledSubscription,
-                                      PublisherWatch, declare, declare_names, declare_priority,
-                                      run, stamp_to_sec)
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_SUB_QOS,
+                                      PolledSubscription, PublisherWatch, declare, declare_names,
+                                      declare_priority, declare_rogue_parameters, diag_name, run,
+                                      stamp_to_sec)
 
 ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'supervised joints (names as in joint_states)'),
@@ -353,16 +353,9 @@ class SafetySupervisor(Node):
         p['policy_publishers'] = declare_names(
             self, 'policy_publishers', 'nodes that may publish policy/command (as '
             'driver_publishers); empty (the default): any one node, normally policy_runner')
-        p['rogue_publisher_action'] = declare(self, 'rogue_publisher_action', 'estop',
-                                              ROGUE_ACTION_DOC, read_only=True)
-        if p['rogue_publisher_action'] not in ROGUE_ACTIONS:
-            raise ConfigError(f"safety_supervisor parameter rogue_publisher_action: "
-                              f"{p['rogue_publisher_action']!r} is not one of {ROGUE_ACTIONS}")
-        p['publisher_check_period_s'] = declare(
-            self, 'publisher_check_period_s', 0.2, 'how often the publishers of hardware/command, '
-            'joint_states, imu and policy/command are checked against who may publish them '
-            '(one graph query each, steady clock); a new publisher is also checked when its '
-            'first message arrives (s)', low=0.01, high=10.0, read_only=True)
+        p['rogue_publisher_action'], p['publisher_check_period_s'] = declare_rogue_parameters(
+            self, 'hardware/command, joint_states, imu and policy/command',
+            'a latched e-stop naming it; reset refused while it is there')
         p['poll_inputs'] = declare(
             self, 'poll_inputs', True, 'take joint_states and imu at the start of each tick '
             '(every sample waiting, in order) instead of one executor callback per message: '
@@ -652,7 +645,7 @@ class SafetySupervisor(Node):
     def _publish_diagnostics(self):
         with self._lock:
             s = self._status()
-        st = DiagnosticStatus(name='safety_supervisor', hardware_id=s['mode'])
+        st = DiagnosticStatus(name=diag_name(self), hardware_id=s['mode'])
         if s['rogue_publishers']:
             st.level = DiagnosticStatus.ERROR
             st.message = 'rogue publisher: ' + '; '.join(

@@ -55,9 +55,9 @@ from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder, split_stamp
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, ROGUE_ACTION_DOC,
-                                      ROGUE_ACTIONS, SENSOR_PUB_QOS, PublisherWatch, declare,
-                                      declare_names, declare_priority, run)
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
+                                      PublisherWatch, declare, declare_names, declare_priority,
+                                      declare_rogue_parameters, diag_name, run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -204,17 +204,9 @@ class SimRobot(Node):
             'and the launch file set it to safety_supervisor when they start one. Empty (the '
             'default, for benches that command it directly): any one node, and a second one '
             'makes both rogues')
-        p['rogue_publisher_action'] = declare(self, 'rogue_publisher_action', 'estop',
-                                              ROGUE_ACTION_DOC + " ('estop' here: every joint "
-                                              'damped and every command refused while a rogue '
-                                              'publishes)', read_only=True)
-        if p['rogue_publisher_action'] not in ROGUE_ACTIONS:
-            raise ConfigError(f"sim_robot parameter rogue_publisher_action: "
-                              f"{p['rogue_publisher_action']!r} is not one of {ROGUE_ACTIONS}")
-        p['publisher_check_period_s'] = declare(
-            self, 'publisher_check_period_s', 0.2, 'how often the publishers of hardware/command '
-            'are checked (one graph query, steady clock); a publisher is also checked when its '
-            'first command arrives (s)', low=0.01, high=10.0, read_only=True)
+        p['rogue_publisher_action'], p['publisher_check_period_s'] = declare_rogue_parameters(
+            self, 'hardware/command', 'every joint damped and every command refused while a '
+            'rogue publishes')
         p['command_timeout_s'] = declare(self, 'command_timeout_s', 0.1, 'a joint without a new '
                                          'command for this long gets damping (s)', low=0.001,
                                          high=10.0, read_only=True)
@@ -489,7 +481,8 @@ class SimRobot(Node):
         self._diag_last = (now, ticks, sim)
         dt = max(now - t0, 1e-9)
         rate = (ticks - ticks0) / dt
-        status = DiagnosticStatus(name='sim_robot: physics', hardware_id=str(self.model_path))
+        status = DiagnosticStatus(name=diag_name(self, 'physics'),
+                                  hardware_id=str(self.model_path))
         rejected = self.counters['commands_rejected']
         if self.rogues:
             status.level = DiagnosticStatus.ERROR

@@ -35,12 +35,10 @@ from std_srvs.srv import Trigger
 from simreal_ros.core import unitree
 from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder
 from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore
-from simreal_ros.core.config import ConfigError
 from simreal_ros.core.publishers import PublisherRule
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, ROGUE_ACTION_DOC,
-                                      ROGUE_ACTIONS, SENSOR_PUB_QOS, PolledSubscription,
-                                      PublisherWatch, declare, declare_names, declare_priority,
-                                      run)
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
+                                      PolledSubscription, PublisherWatch, declare, declare_names,
+                                      declare_priority, declare_rogue_parameters, diag_name, run)
 
 SHUTDOWN_DAMPING_SENDS = 10
 
@@ -200,17 +198,9 @@ class UnitreeBridge(Node):
             self, 'command_publishers', 'nodes whose hardware/command this bridge obeys (names '
             'relative to its namespace, or /ns/name): `simreal up` and the launch file set it '
             'to safety_supervisor. Empty (the default): any one node, a second makes both rogues')
-        p['rogue_publisher_action'] = declare(self, 'rogue_publisher_action', 'estop',
-                                              ROGUE_ACTION_DOC + " ('estop' here: every command "
-                                              'refused while a rogue publishes, so the robot is '
-                                              'damped after command_timeout_s)', read_only=True)
-        if p['rogue_publisher_action'] not in ROGUE_ACTIONS:
-            raise ConfigError(f"unitree_bridge parameter rogue_publisher_action: "
-                              f"{p['rogue_publisher_action']!r} is not one of {ROGUE_ACTIONS}")
-        p['publisher_check_period_s'] = declare(
-            self, 'publisher_check_period_s', 0.2, 'how often the publishers of hardware/command '
-            'are checked (one graph query, steady clock) (s)', low=0.01, high=10.0,
-            read_only=True)
+        p['rogue_publisher_action'], p['publisher_check_period_s'] = declare_rogue_parameters(
+            self, 'hardware/command', 'every command refused while a rogue publishes, so the '
+            'robot is damped after command_timeout_s')
         p['poll_inputs'] = declare(self, 'poll_inputs', True, 'take hardware/command and '
                                    'safety/heartbeat at the start of each tick instead of an '
                                    'executor callback per message (false = callbacks)',
@@ -341,7 +331,7 @@ class UnitreeBridge(Node):
         self._diag_last = (now, sent)
         rate = (sent - sent0) / max(now - t0, 1e-9)
         cause = self._driver_state[1] if self._driver_state else 'starting'
-        status = DiagnosticStatus(name='unitree_bridge: ' + self.core.cfg.interface,
+        status = DiagnosticStatus(name=diag_name(self, self.core.cfg.interface),
                                   hardware_id=f'dds domain {self.wire.domain_id}')
         if cause != 'commanded':
             status.level = DiagnosticStatus.WARN
