@@ -30,8 +30,8 @@ import sys
 import time
 
 from simreal_ros.client.processes import start_graph, stop_graph
-from simreal_ros.client.ros import describe_parameters, dds_hint, go_default, join_name, \
-    Missing, Ros, safety_state
+from simreal_ros.client.ros import describe_parameters, dds_hint, find_supervisors, \
+    go_default, join_name, Missing, Ros, safety_state
 from simreal_ros.core.config import ConfigError
 
 SYSID_KINDS = ('friction', 'inertia', 'latency')
@@ -43,7 +43,23 @@ def _print_response(verb, resp):
 
 
 def cmd_estop(args, ros):
-    return _print_response('estop', ros.trigger('safety/estop', 'safety_supervisor'))
+    if not getattr(args, 'all', False):
+        return _print_response('estop', ros.trigger('safety/estop', 'safety_supervisor'))
+    # Every supervisor on the domain, each named with its answer.
+    found = find_supervisors(ros)
+    if not found:
+        print(f'estop --all: no safety_supervisor found {dds_hint()}')
+        return 1
+    failed = 0
+    for ns in found:
+        try:
+            resp = ros.trigger(join_name(ns, 'safety/estop'), f'safety_supervisor in {ns}')
+            print(f'estop {ns}: {"ok" if resp.success else "REFUSED"}: {resp.message}')
+            failed += not resp.success
+        except Missing as exc:
+            print(f'estop {ns}: NO ANSWER: {exc}')
+            failed += 1
+    return 1 if failed else 0
 
 
 def cmd_reset(args, ros):
@@ -112,14 +128,41 @@ def format_status(state, diags):
     return lines
 
 
+def diag_namespace(name):
+    """The namespace of a /diagnostics status name ('left/sim_robot: physics' -> '/left')."""
+    node = name.split(':')[0]
+    return '/' + node.rsplit('/', 1)[0].strip('/') if '/' in node else '/'
+
+
+def robot_line(ns, state):
+    """One line for one robot (`simreal status` with several on the graph)."""
+    stage = state.get('stage', {})
+    estop = f'E-STOP ({state.get("estop_cause")})' if state.get('estop') else 'e-stop clear'
+    return (f'{ns:<12} {estop}; output {state.get("output")}, mode {state.get("mode")}, '
+            f'stage {stage.get("stage")} (highest {stage.get("highest")})')
+
+
 def cmd_status(args, ros):
     from diagnostic_msgs.msg import DiagnosticArray
+    if not args.namespace:
+        found = find_supervisors(ros)
+        if found and found != ['/']:
+            # Several robots (or one under a namespace): one line each; -n NS for the rest.
+            for ns in found:
+                try:
+                    print(robot_line(ns, safety_state(ros, namespace=ns)))
+                except Missing as exc:
+                    print(f'{ns:<12} no safety/state: {exc}')
+            print('details of one robot: simreal -n <namespace> status')
+            return 0
     state = safety_state(ros)
     msgs = ros.collect(DiagnosticArray, '/diagnostics', 10, 2.2)
     latest = {}
+    mine = join_name(args.namespace, '').rstrip('/') or '/'
     for msg in msgs:
         for status in msg.status:
-            latest[status.name] = status
+            if diag_namespace(status.name) == mine:   # this robot's nodes only
+                latest[status.name] = status
     for line in format_status(state, [latest[k] for k in sorted(latest)]):
         print(line)
     return 0
@@ -364,7 +407,9 @@ def build_parser():
     p.add_argument('--record', default='', metavar='FILE.mcap', help='record the session '
                    '(supervisor inputs and output, joint_states, safety/state) to MCAP')
     sub.add_parser('status', help='stage, e-stop cause, input ages, loop timing')
-    sub.add_parser('estop', help='latch the e-stop (safety_supervisor)')
+    p = sub.add_parser('estop', help='latch the e-stop (safety_supervisor)')
+    p.add_argument('--all', action='store_true',
+                   help='every safety_supervisor on the domain, in any namespace')
     sub.add_parser('reset', help='reset a latched e-stop')
     p = sub.add_parser('go-default', help='bring-up: move slowly to the default pose and hold '
                        'it until the policy takes over (safety/go_default; e-stop cancels)')

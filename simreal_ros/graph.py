@@ -185,6 +185,10 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
                 f'namespace {ns} would start them without their parameters; key them '
                 + ', '.join(f"'/**/{k}:'" for k in plain) + ' (any namespace)')
     remaps = _deploy_remaps(path)
+    if ns and use_sim_time:
+        # One clock per robot: sim_robot's /clock and every node's time source become
+        # <ns>/clock, so a robot never follows another simulated robot's time.
+        remaps.append(('/clock', f'{ns}/clock'))
     overrides = {k: dict(v) for k, v in (overrides or {}).items()}
     if driver == 'unitree' and use_sim:
         if UNITREE not in sections:

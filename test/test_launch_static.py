@@ -366,6 +366,15 @@ def test_urdf_adds_robot_state_publisher(monkeypatch, tmp_path):
 
 
 
+def test_each_namespaced_robot_on_sim_time_has_its_own_clock(tmp_path):
+    robot = str(namespaced_copy(REPO / 'config' / 'robots' / 'arm3.yaml', tmp_path))
+    graph = build_graph(robot, namespace='left', use_sim_time=True,
+                        policy=policy_file(tmp_path))
+    assert graph.nodes and all(('/clock', '/left/clock') in n.remaps for n in graph.nodes)
+    plain = build_graph(robot, use_sim_time=True, policy=policy_file(tmp_path))
+    assert not any(src == '/clock' for n in plain.nodes for src, _ in n.remaps)
+
+
 def test_enclaves_give_each_node_its_own_sros2_enclave(monkeypatch, tmp_path):
     values = launch_values(policy=policy_file(tmp_path))
     _, nodes, _ = run_launch_file(values, monkeypatch)

@@ -140,12 +140,39 @@ class Ros:
                 for n, ns in self.node.get_node_names_and_namespaces()}
 
 
-def safety_state(ros, timeout=3.0):
-    """Return the supervisor's latched safety/state as a dict."""
+def find_supervisors(ros, settle=3.0):
+    """Return the namespaces ('/', '/left', ...) where a safety_supervisor publishes
+    safety/state.
+
+    Read from the topic endpoints the graph has discovered, until `settle` s pass without a
+    new one (at most 15 s).
+    """
+    found, last_new = set(), time.monotonic()
+    deadline = time.monotonic() + 15.0
+    suffix = '/safety/state'
+    while time.monotonic() < deadline:
+        now = set()
+        for topic, _ in ros.node.get_topic_names_and_types():
+            if topic.endswith(suffix) and any(
+                    i.node_name == 'safety_supervisor'
+                    for i in ros.node.get_publishers_info_by_topic(topic)):
+                now.add(topic[:-len(suffix)] or '/')
+        if now - found:
+            found |= now
+            last_new = time.monotonic()
+        if time.monotonic() - last_new >= settle:
+            break
+        time.sleep(0.1)
+    return sorted(found)
+
+
+def safety_state(ros, timeout=3.0, namespace=None):
+    """Return the supervisor's latched safety/state as a dict (of the robot in `namespace`,
+    default the CLI's own)."""
     from std_msgs.msg import String
     from simreal_ros.nodes.common import LATCHED_QOS
-    msg = ros.latest(String, 'safety/state', LATCHED_QOS, timeout,
-                     'safety_supervisor is not running')
+    topic = join_name(namespace, 'safety/state') if namespace else 'safety/state'
+    msg = ros.latest(String, topic, LATCHED_QOS, timeout, 'safety_supervisor is not running')
     return json.loads(msg.data)
 
 

@@ -61,8 +61,8 @@ from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
                                      PhaseAligner, PolicyController, StartPhase)
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, SENSOR_SUB_QOS,
-                                      PolledSubscription, declare, declare_priority, run,
-                                      stamp_to_sec)
+                                      PolledSubscription, declare, declare_priority, diag_name,
+                                      run, stamp_to_sec)
 
 
 ALIGN_EARLY_S = 0.0012   # see _schedule_alignment
@@ -593,7 +593,7 @@ class PolicyRunner(Node):
         with self._lock:
             summary = self.timing.summary()
             counters = dict(self.counters)
-        status = DiagnosticStatus(name=f'{self.get_name()}: loop',
+        status = DiagnosticStatus(name=diag_name(self, 'loop'),
                                   hardware_id=str(self.ctl.path))
         problems = sum(counters[k] for k in (
             'stale_ticks', 'bad_input', 'non_finite', 'future_stamped', 'duplicate_names',

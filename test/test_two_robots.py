@@ -1,0 +1,99 @@
+"""Two robots on one DDS domain, as `simreal -n left up` and `simreal -n right up` (issue 16).
+
+Each is the arm3 graph (sim_robot, safety_supervisor, policy_runner) in its namespace, started
+by the CLI as a user would, with one ROS_HOME. E-stop, status, stage records and diagnostics
+names must stay per robot, and `simreal status` / `simreal estop --all` must find both.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from rosproc import wait_for
+
+pytestmark = pytest.mark.ros
+
+
+def simreal(*args, env=None, timeout=60):
+    result = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=timeout,
+                            env=env or os.environ)
+    return result.returncode, result.stdout + result.stderr
+
+
+def state_of(ns, env):
+    """The robot's safety/state, read by a CLI process (the -n route a user takes)."""
+    code = ('import json, sys; from simreal_ros.client.ros import Ros, safety_state; '
+            f'r = Ros({ns!r}); print(json.dumps(safety_state(r, timeout=10))); r.close()')
+    out = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def two_robots(tmp_path):
+    sys.path.insert(0, str(REPO / 'scripts'))
+    import onnx_policies
+    policy = onnx_policies.arm3(str(tmp_path / 'arm3_policy.onnx'))
+    env = dict(os.environ, ROS_HOME=str(tmp_path / 'ros_home'), PYTHONUNBUFFERED='1')
+    ups, logs = {}, {}
+    try:
+        for ns in ('left', 'right'):
+            logs[ns] = open(tmp_path / f'{ns}.log', 'w+')
+            ups[ns] = subprocess.Popen(
+                [sys.executable, '-m', 'simreal_ros.cli', '-n', ns, 'up', '--policy', policy],
+                cwd=REPO, stdout=logs[ns], stderr=subprocess.STDOUT, env=env)
+        for ns in ups:
+            wait_for(lambda: simreal('-n', ns, 'status', env=env)[0] == 0, 120, interval=1.0,
+                     what=f'{ns} robot up')
+        yield env
+    finally:
+        for ns, up in ups.items():
+            if up.poll() is None:
+                up.send_signal(signal.SIGINT)
+        for ns, up in ups.items():
+            try:
+                up.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                up.kill()
+                up.wait()
+            logs[ns].close()
+
+
+def test_two_namespaced_robots_stay_apart(two_robots):
+    env = two_robots
+    # simreal status without a namespace: one line per robot.
+    code, out = simreal('status', env=env)
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith('/')]
+    assert [line.split()[0] for line in lines] == ['/left', '/right'], out
+    # Stage records apart (one ROS_HOME), under each robot's namespace.
+    left, right = state_of('left', env), state_of('right', env)
+    files = left['stage_record']['file'], right['stage_record']['file']
+    assert files[0] != files[1] and '/left/' in files[0] and '/right/' in files[1], files
+    # E-stop one: the other is untouched.
+    code, out = simreal('-n', 'left', 'estop', env=env)
+    assert code == 0 and out.startswith('estop: ok'), out
+    wait_for(lambda: state_of('left', env)['estop'], 10, interval=0.5, what='left latched')
+    assert not state_of('right', env)['estop']
+    # Each robot's status shows its own diagnostics, named with its namespace.
+    code, out = simreal('-n', 'right', 'status', env=env)
+    assert code == 0 and 'e-stop      : clear' in out, out
+    diags = [line for line in out.splitlines() if line.startswith('diagnostics')]
+    assert diags and all('right/' in line for line in diags), out
+    assert any('right/safety_supervisor' in line for line in diags), out
+    # estop --all finds and stops both, each answer named.
+    code, out = simreal('estop', '--all', env=env)
+    assert code == 0, out
+    assert 'estop /left: ok' in out and 'estop /right: ok' in out, out
+    wait_for(lambda: state_of('right', env)['estop'], 10, interval=0.5, what='right latched')
+
+
+def test_estop_all_with_no_robot_says_so():
+    code, out = simreal('estop', '--all')
+    assert code == 1 and 'no safety_supervisor found' in out and 'ROS_DOMAIN_ID=' in out
