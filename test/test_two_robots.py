@@ -2,7 +2,8 @@
 
 Each is the arm3 graph (sim_robot, safety_supervisor, policy_runner) in its namespace, started
 by the CLI as a user would, with one ROS_HOME. E-stop, status, stage records and diagnostics
-names must stay per robot, and `simreal status` / `simreal estop --all` must find both.
+names must stay per robot, and `simreal status` / `simreal estop --all` must find both. A
+rogue publisher on one robot's hardware/command e-stops that robot only, naming the rogue.
 """
 import json
 import os
@@ -92,6 +93,26 @@ def test_two_namespaced_robots_stay_apart(two_robots):
     assert code == 0, out
     assert 'estop /left: ok' in out and 'estop /right: ok' in out, out
     wait_for(lambda: state_of('right', env)['estop'], 10, interval=0.5, what='right latched')
+
+
+def test_a_rogue_on_one_robots_hardware_command_estops_that_robot_only(two_robots):
+    import rclpy
+    from sensor_msgs.msg import JointState
+    from simreal_ros.client.rig import Intruder
+    from simreal_ros.nodes.common import COMMAND_QOS
+    env = two_robots
+    rclpy.init()
+    rogue = Intruder('rogue_commander', '/left/hardware/command', COMMAND_QOS,
+                     lambda: JointState(name=['shoulder_yaw'], position=[0.0]))
+    try:
+        wait_for(lambda: state_of('left', env)['estop'], 15, interval=0.5,
+                 what='left e-stopped by the rogue')
+        cause = state_of('left', env)['estop_cause']
+        assert 'rogue publisher' in cause and '/rogue_commander' in cause, cause
+        assert not state_of('right', env)['estop']
+    finally:
+        rogue.close()
+        rclpy.try_shutdown()
 
 
 def test_estop_all_with_no_robot_says_so():
