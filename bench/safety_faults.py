@@ -497,8 +497,15 @@ def _sensor_fault(rig, bad_sample, what):
             'forwarded_after_fault': sum(1 for _, m in after if not is_safe(m))}
 
 
+def _glitch_rig(tmp):
+    """A rig whose observer may publish joint_states beside sim_robot: the glitching driver
+    is played by a second publisher, which the supervisor would otherwise take for a rogue."""
+    name = Rig.probe_name()
+    return make_rig(tmp, supervisor={'driver_publishers': ['sim_robot', name]}, probe_name=name)
+
+
 def sc_joint_states_glitch(tmp, args):
-    rig = make_rig(tmp)
+    rig = _glitch_rig(tmp)
     try:
         return _sensor_fault(rig, (ARM_NAMES, [40.0, 0.0, 0.0]), 'glitched sample')
     finally:
@@ -506,7 +513,7 @@ def sc_joint_states_glitch(tmp, args):
 
 
 def sc_duplicate_joint_names(tmp, args):
-    rig = make_rig(tmp)
+    rig = _glitch_rig(tmp)
     try:
         return _sensor_fault(rig, ([ARM_NAMES[0]] * 2 + [ARM_NAMES[2]], [0.0, 0.0, 0.0]),
                              'sample with a repeated name')

@@ -429,7 +429,7 @@ class Rig:
     observer_nice = None   # the nice value this (observing) process runs at, once set
 
     def __init__(self, robot=ARM3, names=None, supervisor=None, sim=None, policy_runner=None,
-                 supervisor_first=False, tmp=None, env=None, bridge=None):
+                 supervisor_first=False, tmp=None, env=None, bridge=None, probe_name=None):
         import tempfile
         from sensor_msgs.msg import Imu, JointState
         from simreal_ros.core.config import load_node_params
@@ -445,7 +445,7 @@ class Rig:
         over.update(supervisor or {})
         self.params.update(over)
         self.period = 1.0 / float(self.params.get('rate_hz', 500.0))
-        self.probe = SafetyProbe(names, name=f'rig_probe_{os.getpid()}_{time.time_ns()}')
+        self.probe = SafetyProbe(names, name=probe_name or Rig.probe_name())
         node = self.node = self.probe.node
         self.joint_states = Recorder(node, JointState, 'joint_states', SENSOR_SUB_QOS)
         self.policy_commands = Recorder(node, JointState, 'policy/command', COMMAND_QOS)
@@ -470,6 +470,12 @@ class Rig:
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def probe_name():
+        """A fresh name for the observing node (known before the rig starts, for a scenario
+        that lets it publish a driver's or policy's topic: driver_publishers)."""
+        return f'rig_probe_{os.getpid()}_{time.time_ns()}'
 
     @classmethod
     def observe_at_node_priority(cls, nice=-10):
