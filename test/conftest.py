@@ -57,6 +57,17 @@ def g1_dir():
     return G1_DIR
 
 
+def simreal(*args, env=None, timeout=60):
+    """Run `python -m simreal_ros.cli ARGS` from the repository; return (exit code, stdout +
+    stderr). The operator CLI as a user runs it, for the tests that drive a graph with it."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=timeout,
+                            env=env or os.environ)
+    return result.returncode, result.stdout + result.stderr
+
+
 def require_files(robot):
     """Skip the test unless every file the robot file names (model, policy) is present.
 

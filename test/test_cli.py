@@ -7,18 +7,10 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, simreal
 from rosproc import wait_for
 
 pytestmark = pytest.mark.ros
-
-
-def simreal(*args, env=None, timeout=60):
-    """Run `python -m simreal_ros.cli ARGS`; return (exit code, stdout + stderr)."""
-    result = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', *args], cwd=REPO,
-                            capture_output=True, text=True, timeout=timeout,
-                            env=env or os.environ)
-    return result.returncode, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize('argv,node,service', [
