@@ -1,4 +1,6 @@
 """What every node does before ROS starts: the executor kind and the middleware transport."""
+import os
+
 import pytest
 
 from simreal_ros.core.config import ConfigError
@@ -112,3 +114,49 @@ def test_supervisor_falls_back_to_callbacks_when_polling_is_unavailable(monkeypa
         node.destroy_node()
     finally:
         rclpy.try_shutdown()
+
+
+def test_results_recordings_and_exports_are_per_robot_under_a_namespace(tmp_path):
+    """Two robots from one robot file never share SysID results, recordings or exports: each
+    node built under /left writes into the `left` subfolder of its configured folder."""
+    import rclpy
+    from simreal_ros.graph import build_graph, write_overlay
+    from simreal_ros.params_doc import _node_class, isolated
+    from simreal_ros.nodes.common import per_robot_dir
+
+    class Named:
+        def __init__(self, ns):
+            self.ns = ns
+
+        def get_namespace(self):
+            return self.ns
+    assert per_robot_dir(Named('/'), '/data/sysid') == '/data/sysid'
+    assert per_robot_dir(Named('/lab/left'), '/data/sysid') == '/data/sysid/lab/left'
+    from simreal_ros.onnx_policies import arm3
+    policy = arm3(str(tmp_path / 'arm3_policy.onnx'))
+    with isolated():
+        for ns, expect in (('left', '/left'), ('', '')):
+            graph = build_graph('arm3', sysid=True, policy=policy, namespace=ns)
+            write_overlay(graph, tmp_path / f'overlay{ns}')
+            for name in ('friction_id', 'sim_bridge'):
+                spec = graph.node(name)
+                args = ['--ros-args', '-r', f'__ns:=/{ns}']
+                for path in spec.params_files:
+                    args += ['--params-file', str(path)]
+                rclpy.init(args=args)
+                try:
+                    node = _node_class(name)()
+                    try:
+                        if name == 'friction_id':
+                            got = node.p['results_dir']
+                            configured = node.get_parameter('results_dir').value
+                            assert got == os.path.expanduser(configured) + expect, got
+                        else:
+                            for attr in ('recordings_dir', 'export_dir'):
+                                configured = node.get_parameter(attr).value
+                                assert getattr(node, attr) == \
+                                    os.path.expanduser(configured) + expect, attr
+                    finally:
+                        node.destroy_node()
+                finally:
+                    rclpy.try_shutdown()

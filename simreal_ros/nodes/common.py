@@ -355,6 +355,15 @@ def _before_shutdown(node, name):
         print(f'[{name}] before_shutdown failed: {exc}', file=sys.stderr, flush=True)
 
 
+def per_robot_dir(node, path):
+    """`path` with `~` expanded, and the node's namespace appended when it has one: two robots
+    started from one robot file (`namespace:=left`, `namespace:=right`) never write SysID
+    results, recordings or exports into the same folder. At the root the folder is `path`."""
+    ns = node.get_namespace().strip('/')
+    path = os.path.expanduser(path)
+    return os.path.join(path, *ns.split('/')) if ns else path
+
+
 def diag_name(node, part=''):
     """The /diagnostics name of `node`: its name with its namespace (several robots on one
     domain stay apart), then `part`: 'sim_robot: physics' at the root, 'left/sim_robot:

@@ -49,7 +49,7 @@ from simreal_ros.core.bridge.recording import latest_recording, read_mcap
 from simreal_ros.core.files import inside
 from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
 from simreal_ros.core.config import ConfigError
-from simreal_ros.nodes.common import LATCHED_QOS, declare, run
+from simreal_ros.nodes.common import LATCHED_QOS, declare, per_robot_dir, run
 
 NODE_NAME = 'sim_bridge'
 
@@ -85,11 +85,13 @@ class SimBridge(Node):
                                    'search range, +- s', low=0.0, high=1.0)
         p['skip_s'] = declare(self, 'skip_s', 0.2, 'initial replay transient left out of the '
                               'score (s)', low=0.0, high=10.0)
-        self.recordings_dir = declare(self, 'recordings_dir', '~/.ros/simreal_ros/sysid',
-                                      'folder searched for the newest .mcap (read-only: '
-                                      'recording is confined to it)', read_only=True)
-        self.export_dir = declare(self, 'export_dir', '~/.ros/simreal_ros/sim_bridge',
-                                  'folder ~/export writes into (read-only)', read_only=True)
+        self.recordings_dir = per_robot_dir(self, declare(
+            self, 'recordings_dir', '~/.ros/simreal_ros/sysid', 'folder searched for the '
+            'newest .mcap (read-only: recording is confined to it); under a namespace, its '
+            'subfolder of that name', read_only=True))
+        self.export_dir = per_robot_dir(self, declare(
+            self, 'export_dir', '~/.ros/simreal_ros/sim_bridge', 'folder ~/export writes into '
+            '(read-only); under a namespace, its subfolder of that name', read_only=True))
         self.recording = declare(self, 'recording', '', 'MCAP to evaluate, inside '
                                  'recordings_dir (a name relative to it, or a path in it); '
                                  'empty = newest complete one there')

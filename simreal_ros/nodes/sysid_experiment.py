@@ -38,7 +38,8 @@ from simreal_ros.core.files import write_text
 from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
 from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
-from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare
+from simreal_ros.nodes.common import (LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare,
+                                      per_robot_dir)
 from simreal_ros.client.sysid import bridge_parameters
 
 SUBSCRIBE_GRACE_S = 1.0   # first joint_states after ~/start subscribes (DDS matching)
@@ -202,8 +203,9 @@ class SysidNode(Node):
                                           'e-stop and grants the SysID path to no other node; '
                                           'stop when that changes (false: bench tests whose '
                                           'driver listens on sysid/command)', read_only=True)
-        p['results_dir'] = declare(self, 'results_dir', '~/.ros/simreal_ros/sysid', 'folder for '
-                                   'result YAML and raw MCAP files', read_only=True)
+        p['results_dir'] = per_robot_dir(self, declare(
+            self, 'results_dir', '~/.ros/simreal_ros/sysid', 'folder for result YAML and raw '
+            'MCAP files; under a namespace, its subfolder of that name', read_only=True))
         p['range_margin'] = declare(self, 'range_margin', 0.15, 'distance kept from each end '
                                     'of the joint range (rad)', low=0.0, high=1.0,
                                     read_only=True)
