@@ -16,6 +16,7 @@ NODES = [
     'latency_id',
     'sim_bridge',
     'unitree_bridge',
+    'status_markers',
 ]
 
 

@@ -31,7 +31,7 @@ import time
 
 from simreal_ros.client.processes import start_graph, stop_graph
 from simreal_ros.client.ros import describe_parameters, dds_hint, find_supervisors, \
-    go_default, join_name, Missing, Ros, safety_state
+    go_default, graph_robots, join_name, Missing, Ros, safety_state
 from simreal_ros.core.config import ConfigError
 
 SYSID_KINDS = ('friction', 'inertia', 'latency')
@@ -227,6 +227,18 @@ def cmd_refine(args, ros):
 
 def cmd_monitor(args, ros):
     from simreal_ros import monitor
+    if args.write_config:
+        robots = graph_robots(ros)
+        if not robots:
+            print('no safety_supervisor found on the graph: the analyzers cover this '
+                  f'namespace with the default nodes {dds_hint()}')
+            robots = {ros.namespace or '/': list(monitor.DIAGNOSING_NODES)}
+        paths = monitor.write_configs(args.write_config, ros.namespace, robots)
+        print(f'rviz2 -d {paths["rviz"]}')
+        print(f'rqt --perspective-file {paths["perspective"]}')
+        print('ros2 run diagnostic_aggregator aggregator_node --ros-args --params-file '
+              f'{paths["analyzers"]}   # robots: {", ".join(sorted(robots))}')
+        return 0
     print(f'publishing {join_name(ros.namespace, "monitor/markers")} (visualization_msgs/'
           'MarkerArray); view with rviz2 -d config/monitor.rviz; Ctrl-C stops', flush=True)
     try:
@@ -287,7 +299,7 @@ def graph_from_args(args, overrides=None):
     return build_graph(args.robot, policy=args.policy or '', use_sim=not args.no_sim,
                        sysid=args.sysid, use_sim_time=args.use_sim_time,
                        namespace=args.namespace, overrides=overrides,
-                       driver=getattr(args, 'driver', ''))
+                       driver=getattr(args, 'driver', ''), markers=getattr(args, 'rviz', False))
 
 
 def cmd_up(args, _ros=None):
@@ -306,6 +318,12 @@ def cmd_up(args, _ros=None):
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     procs = start_graph(graph)
+    files = None
+    if args.rviz:
+        from simreal_ros.graph import monitor_configs
+        files = monitor_configs(graph)
+        print(f'monitoring files for this robot: rviz {files["rviz"]}, rqt '
+              f'{files["perspective"]}, diagnostic_aggregator {files["analyzers"]}')
     ros = recorder = None
     if args.record:
         from simreal_ros.record import SessionRecorder
@@ -315,11 +333,12 @@ def cmd_up(args, _ros=None):
     rviz = None
     if args.rviz:
         import shutil
-        from simreal_ros.graph import rviz_config
         if shutil.which('rviz2'):
-            rviz = subprocess.Popen(['rviz2', '-d', str(rviz_config())])
+            ns = ['--ros-args', '-r', f'__ns:={graph.namespace}'] if graph.namespace else []
+            rviz = subprocess.Popen(['rviz2', '-d', str(files['rviz'])] + ns)
         else:
-            print('rviz2 not found on PATH (source a ROS 2 desktop install); continuing')
+            print('rviz2 not found on PATH (source a ROS 2 desktop install); status_markers '
+                  'runs, rviz2 does not')
     print(f'graph up {dds_hint()[1:-1].split("; start")[0]}; Ctrl-C stops every node. '
           'E-stop: `simreal estop`', flush=True)
     code = 0
@@ -402,7 +421,8 @@ def build_parser():
 
     p = sub.add_parser('up', help='start the graph (same as deploy.launch.py); Ctrl-C stops it')
     graph_args(p)
-    p.add_argument('--rviz', action='store_true', help='also start rviz2 (monitor.rviz)')
+    p.add_argument('--rviz', action='store_true', help='also start status_markers and rviz2 '
+                   '(monitor.rviz, its topics in the namespace)')
     p.add_argument('--dry-run', action='store_true', help='print the commands, start nothing')
     p.add_argument('--record', default='', metavar='FILE.mcap', help='record the session '
                    '(supervisor inputs and output, joint_states, safety/state) to MCAP')
@@ -427,6 +447,9 @@ def build_parser():
     p = sub.add_parser('monitor', help='publish rviz markers: stage, e-stop, limit usage')
     p.add_argument('--robot', default='arm3', help='robot config (for the limits)')
     p.add_argument('--duration', type=float, default=None, help='stop after this many s')
+    p.add_argument('--write-config', default='', metavar='DIR', help='write monitor.rviz and '
+                   'simreal.perspective for this namespace, and diagnostic_analyzers.yaml for '
+                   'every robot on the graph, into DIR, then stop')
     p = sub.add_parser('params', help='parameters of the running nodes (description, range)')
     p.add_argument('nodes', nargs='*', help='nodes (default: every simreal_ros node)')
     p.add_argument('--markdown', action='store_true', help='as Markdown tables (docs)')

@@ -37,7 +37,8 @@ POLICY = 'policy_runner'
 SYSID_NODES = ('friction_id', 'inertia_id', 'latency_id')
 BRIDGE = 'sim_bridge'
 UNITREE = 'unitree_bridge'
-ALL_NODES = (SIM_NODE, UNITREE, SUPERVISOR, POLICY) + SYSID_NODES + (BRIDGE,)
+MARKERS = 'status_markers'   # rviz markers (rviz:=true); needs no section of its own
+ALL_NODES = (SIM_NODE, UNITREE, SUPERVISOR, POLICY) + SYSID_NODES + (BRIDGE, MARKERS)
 # Hardware adapters a graph can put between the supervisor and the robot (`driver`).
 DRIVERS = {'': None, 'unitree': UNITREE}
 
@@ -154,14 +155,15 @@ def _deploy_remaps(path):
 
 
 def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_time=False,
-                namespace='', overrides=None, check_files=True, driver=''):
+                namespace='', overrides=None, check_files=True, driver='', markers=False):
     """Describe the graph for `robot` (a name in config/robots/ or a parameter file path).
 
     policy: an ONNX path that replaces policy_runner's policy_path. use_sim: start sim_robot
     (false on hardware). driver: '' (the robot's driver speaks hardware/command itself) or
     'unitree' (start unitree_bridge with the robot file's section; with use_sim, sim_robot
     plays the Unitree robot and both talk over loopback: `rehearsal_wire`). sysid: start the
-    three SysID nodes and sim_bridge. overrides:
+    three SysID nodes and sim_bridge. markers: start status_markers (the rviz markers, in the
+    graph's namespace; it reads the limits from the robot file). overrides:
     {node: {parameter: value}} written to the overlay file (the demo shortens dwell times).
     Nodes whose module does not exist yet, or whose section is absent from the robot file, are
     listed in `skipped` with the reason. Raises ConfigError for an unknown robot.
@@ -175,6 +177,8 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
     wanted += [SUPERVISOR, POLICY]
     if sysid:
         wanted += list(SYSID_NODES) + [BRIDGE]
+    if markers:
+        wanted.append(MARKERS)
     sections = set(_sections(path))
     ns = _namespace(namespace)
     if ns:
@@ -201,6 +205,12 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
         if not node_available(name):
             skipped.append((name, f'node not available (no module simreal_ros.nodes.{name} '
                                   'in this installation)'))
+            continue
+        if name == MARKERS:
+            over = dict(overrides.get(name, {}))
+            over.setdefault('robot_file', str(path))
+            nodes.append(NodeSpec(name=name, params_files=[str(path)], remaps=list(remaps),
+                                  overrides=over))
             continue
         if name not in sections:
             skipped.append((name, f'{path} has no {name!r} section'))
@@ -332,6 +342,33 @@ def rviz_config():
     """Return the path of config/monitor.rviz."""
     from simreal_ros.core.config import share_dir
     return Path(share_dir()) / 'config' / 'monitor.rviz'
+
+
+def monitor_configs(graph, folder=None):
+    """Write the rviz, rqt and diagnostic_aggregator files for `graph`'s robot (its topics in
+    its namespace; see simreal_ros.monitor.write_configs) beside the overlay, or into
+    `folder`; return {'rviz', 'perspective', 'analyzers'}: their paths."""
+    from simreal_ros.monitor import write_configs
+    if folder is None:
+        base = graph.overlay_path.parent if graph.overlay_path else Path(
+            tempfile.mkdtemp(prefix='simreal_graph_'))
+        folder = base / 'monitor'
+    return write_configs(folder, graph.namespace, {graph.namespace: graph.names()})
+
+
+def rviz_available():
+    """Return True when rviz2 can be started (a ROS 2 desktop install: package or PATH)."""
+    import shutil
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+        try:
+            get_package_prefix('rviz2')
+            return True
+        except (PackageNotFoundError, OSError):   # OSError: no AMENT_PREFIX_PATH at all
+            pass
+    except ImportError:
+        pass
+    return shutil.which('rviz2') is not None
 
 
 def env_summary():

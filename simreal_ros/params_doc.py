@@ -182,7 +182,8 @@ def collect(robots=None):
     with isolated() as tmp:
         for path in robots:
             sections = set(node_names_in(path))
-            graphs = [(build_graph(str(path), sysid=True), set(ALL_NODES) - {UNITREE})]
+            graphs = [(build_graph(str(path), sysid=True, markers=True),
+                       set(ALL_NODES) - {UNITREE})]
             if UNITREE in sections:
                 graphs.append((build_graph(str(path), driver='unitree'), {UNITREE}))
             for graph, names in graphs:
@@ -198,6 +199,9 @@ def collect(robots=None):
                         if key in rows and key in given:
                             kind, _, text, rng = rows[key]
                             rows[key] = (kind, given[key], text, rng)
+                        elif key in rows and rows[key][1] == str(graph.config_path):
+                            kind, _, text, rng = rows[key]   # set by the graph: the file
+                            rows[key] = (kind, _relative(graph.config_path), text, rng)
                     found[name].append((graph.robot_name, path, rows))
     return {name: runs for name, runs in found.items() if runs}
 

@@ -1,5 +1,6 @@
 """`simreal monitor`'s arithmetic and markers (no ROS graph needed)."""
 import pytest
+import yaml
 
 from conftest import REPO
 from simreal_ros.core.config import load_node_params
@@ -46,9 +47,44 @@ def test_rviz_and_rqt_files_point_at_the_topics_the_package_publishes():
     assert displays['rviz_default_plugins/MarkerArray']['Topic']['Value'] == '/monitor/markers'
     perspective = json.loads((REPO / 'config' / 'simreal.perspective').read_text())
     plugins = perspective['groups']['pluginmanager']['keys']['running-plugins']['repr']
-    for plugin in ('rqt_robot_monitor', 'rqt_plot', 'rqt_service_caller'):
+    # rqt_robot_monitor reads /diagnostics_agg (with diagnostic_aggregator), rqt_runtime_monitor
+    # reads /diagnostics itself (without it).
+    for plugin in ('rqt_robot_monitor', 'rqt_runtime_monitor', 'rqt_plot', 'rqt_service_caller'):
         assert plugin in plugins
     text = (REPO / 'config' / 'simreal.perspective').read_text()
     for topic in ('/policy/command/position', '/hardware/command/position',
                   '/joint_states/position', '/joint_states/effort'):
         assert topic in text
+
+
+def test_monitoring_files_move_every_topic_into_the_namespace():
+    from simreal_ros import monitor
+    rviz = (REPO / 'config' / 'monitor.rviz').read_text()
+    perspective = (REPO / 'config' / 'simreal.perspective').read_text()
+    assert monitor.rviz_topics(monitor.rviz_in('', rviz)) == monitor.rviz_topics(rviz)
+    assert monitor.rviz_topics(monitor.rviz_in('/lab/left', rviz)) == {
+        '/lab/left' + t for t in monitor.rviz_topics(rviz)}
+    assert monitor.perspective_topics(perspective) == {
+        '/policy/command', '/hardware/command', '/joint_states'}
+    assert monitor.perspective_topics(monitor.perspective_in('left', perspective)) == {
+        '/left/policy/command', '/left/hardware/command', '/left/joint_states'}
+    # The rest of the files is kept: the plugins and the rviz displays.
+    assert 'rqt_runtime_monitor' in monitor.perspective_in('left', perspective)
+    assert len(yaml.safe_load(monitor.rviz_in('left', rviz))['Visualization Manager']
+               ['Displays']) == len(yaml.safe_load(rviz)['Visualization Manager']['Displays'])
+
+
+def test_analyzers_group_per_robot_then_per_node_and_match_both_spellings():
+    from simreal_ros import monitor
+    params = monitor.analyzers({'/left': ['sim_robot', 'safety_supervisor', 'status_markers'],
+                                '': ['safety_supervisor']})
+    top = params['analyzers']['ros__parameters']
+    assert top['left']['type'] == 'diagnostic_aggregator/AnalyzerGroup'
+    prefixes = monitor.analyzer_prefixes(params)
+    assert set(prefixes) == {('left', 'sim_robot'), ('left', 'safety_supervisor'),
+                             ('robot', 'safety_supervisor')}   # status_markers reports nothing
+    left = prefixes[('left', 'safety_supervisor')]
+    for name in ('left/safety_supervisor', '/left/safety_supervisor'):   # status, heartbeat
+        assert name.startswith(tuple(left))
+    assert not 'right/safety_supervisor'.startswith(tuple(left))
+    assert not 'left/safety_supervisor'.startswith(tuple(prefixes[('robot', 'safety_supervisor')]))

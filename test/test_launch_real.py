@@ -400,6 +400,43 @@ def test_hardware_mode_waits_and_sim_robot_launch_runs_alone(ros2_env, outside, 
         alone.kill()
 
 
+def test_rviz_under_a_namespace_starts_the_markers_with_namespaced_files(ros2_env, outside,
+                                                                         probe):
+    """rviz:=true namespace:=watch: status_markers publishes /watch/monitor/markers, and the
+    rviz, rqt and aggregator files the launch writes name topics under /watch. rviz2 itself
+    runs where it is installed; here the log must say that it is not."""
+    from visualization_msgs.msg import MarkerArray
+    from simreal_ros import monitor
+    from simreal_ros.graph import rviz_available
+    p = probe('watch')
+    markers = []
+    p.node.create_subscription(MarkerArray, '/watch/monitor/markers', markers.append, 10)
+    launch = Launch(ros2_env, outside, ['deploy.launch.py', 'namespace:=watch', 'rviz:=true'],
+                    'rviz')
+    try:
+        nodes = DEFAULT_NODES | {'status_markers'}
+        wait_for(lambda: nodes <= p.nodes() or launch.proc.poll() is not None, 90,
+                 what='the graph with status_markers')
+        assert nodes <= p.nodes(), launch.text()[-3000:]
+        wait_for(lambda: len(markers) >= 3, 30, what='three marker arrays on /watch/monitor/markers')
+        assert markers[-1].markers[0].header.frame_id == 'world'
+        found = re.search(r'monitoring files for this robot: rviz (\S+), rqt (\S+), '
+                          r'diagnostic_aggregator (\S+)', launch.text())
+        assert found, launch.text()[-3000:]
+        rviz, rqt, analyzers = (Path(x.rstrip(',')) for x in found.groups())
+        assert monitor.rviz_topics(rviz.read_text()) == {'/watch/monitor/markers',
+                                                         '/watch/robot_description'}
+        assert all(t.startswith('/watch/')
+                   for t in monitor.perspective_topics(rqt.read_text()))
+        groups = monitor.analyzer_prefixes(yaml.safe_load(analyzers.read_text()))
+        assert {g for g, _ in groups} == {'watch'}, groups
+        if not rviz_available():
+            assert 'rviz2 is not installed here' in launch.text()
+        assert_stopped_cleanly(launch, nodes)
+    finally:
+        launch.kill()
+
+
 @pytest.mark.parametrize('signals', [(signal.SIGINT, signal.SIGINT),
                                      (signal.SIGINT, signal.SIGTERM),
                                      (signal.SIGTERM, signal.SIGTERM)],

@@ -4,6 +4,8 @@ Each is the arm3 graph (sim_robot, safety_supervisor, policy_runner) in its name
 by the CLI as a user would, with one ROS_HOME. E-stop, status, stage records and diagnostics
 names must stay per robot, and `simreal status` / `simreal estop --all` must find both. A
 rogue publisher on one robot's hardware/command e-stops that robot only, naming the rogue.
+The monitoring files written for a namespace name topics that run there, and the
+diagnostic_aggregator analyzers put every status in its own robot's group.
 """
 import json
 import os
@@ -12,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from conftest import REPO, simreal
 from rosproc import wait_for
@@ -39,8 +42,10 @@ def two_robots(tmp_path):
     try:
         for ns in ('left', 'right'):
             logs[ns] = open(tmp_path / f'{ns}.log', 'w+')
+            rviz = ['--rviz'] if ns == 'left' else []   # status_markers on one robot
             ups[ns] = subprocess.Popen(
-                [sys.executable, '-m', 'simreal_ros.cli', '-n', ns, 'up', '--policy', policy],
+                [sys.executable, '-m', 'simreal_ros.cli', '-n', ns, 'up', '--policy', policy]
+                + rviz,
                 cwd=REPO, stdout=logs[ns], stderr=subprocess.STDOUT, env=env)
         for ns in ups:
             wait_for(lambda: simreal('-n', ns, 'status', env=env)[0] == 0, 120, interval=1.0,
@@ -111,3 +116,48 @@ def test_a_rogue_on_one_robots_hardware_command_estops_that_robot_only(two_robot
 def test_estop_all_with_no_robot_says_so():
     code, out = simreal('estop', '--all')
     assert code == 1 and 'no safety_supervisor found' in out and 'ROS_DOMAIN_ID=' in out
+
+
+def test_monitoring_files_name_what_runs_in_each_namespace(two_robots, tmp_path):
+    """rviz, rqt and diagnostic_aggregator files for /left (`simreal -n left monitor
+    --write-config`), checked against the running graph: rviz2, rqt and the aggregator are not
+    installable on the pip path, so what they would subscribe to is checked instead."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from simreal_ros import monitor
+    from simreal_ros.client.rig import Spinner
+    env = two_robots
+    folder = tmp_path / 'monitoring'
+    code, out = simreal('-n', 'left', 'monitor', '--write-config', str(folder), env=env)
+    assert code == 0 and 'robots: /left, /right' in out, out
+    rviz = monitor.rviz_topics((folder / 'monitor.rviz').read_text())
+    plots = monitor.perspective_topics((folder / 'simreal.perspective').read_text())
+    analyzers = yaml.safe_load((folder / 'diagnostic_analyzers.yaml').read_text())
+    prefixes = monitor.analyzer_prefixes(analyzers)
+    assert {group for group, _ in prefixes} == {'left', 'right'}, prefixes
+    # robot_description comes from robot_state_publisher (urdf:=), not installable here.
+    assert rviz == {'/left/monitor/markers', '/left/robot_description'}, rviz
+    rclpy.init()
+    node = rclpy.create_node('monitoring_check')
+    statuses = set()
+    node.create_subscription(DiagnosticArray, '/diagnostics',
+                             lambda m: statuses.update(s.name for s in m.status), 50)
+    spinner = Spinner(node)
+    try:
+        wanted = (rviz - {'/left/robot_description'}) | plots
+        topics = lambda: {t for t, _ in node.get_topic_names_and_types()}   # noqa: E731
+        wait_for(lambda: wanted <= topics(), 30, interval=0.5,
+                 what=f'{sorted(wanted - topics())} on the graph')
+        # Every node of both robots reported (each publishes /diagnostics at 1 Hz or more).
+        def every_node_seen():
+            return all(any(n.startswith(tuple(p)) for n in statuses)
+                       for p in prefixes.values())
+        wait_for(every_node_seen, 30, interval=0.5, what='a status from every analyzer\'s node')
+        for name in statuses:
+            owners = [key for key, p in prefixes.items() if name.startswith(tuple(p))]
+            robot = name.lstrip('/').split('/')[0]
+            if robot in ('left', 'right'):
+                assert len(owners) == 1 and owners[0][0] == robot, (name, owners)
+    finally:
+        spinner.stop()
+        rclpy.try_shutdown()

@@ -140,6 +140,13 @@ class Ros:
                 for n, ns in self.node.get_node_names_and_namespaces()}
 
 
+def graph_robots(ros):
+    """Return {namespace: [node names]} for each namespace with a safety_supervisor."""
+    found = find_supervisors(ros)   # waits for discovery to settle: then the node list
+    nodes = ros.node.get_node_names_and_namespaces()
+    return {ns: sorted({n for n, where in nodes if where == ns}) for ns in found}
+
+
 def find_supervisors(ros, settle=3.0):
     """Return the namespaces ('/', '/left', ...) where a safety_supervisor publishes
     safety/state.
