@@ -5,7 +5,8 @@ by the CLI as a user would, with one ROS_HOME. E-stop, status, stage records and
 names must stay per robot, and `simreal status` / `simreal estop --all` must find both. A
 rogue publisher on one robot's hardware/command e-stops that robot only, naming the rogue.
 The monitoring files written for a namespace name topics that run there, and the
-diagnostic_aggregator analyzers put every status in its own robot's group.
+diagnostic_aggregator analyzers put every status in its own robot's group. SysID on one robot
+while the other deploys leaves the other forwarding, and its results in its own folder.
 """
 import json
 import os
@@ -37,12 +38,16 @@ def two_robots(tmp_path):
     sys.path.insert(0, str(REPO / 'scripts'))
     import onnx_policies
     policy = onnx_policies.arm3(str(tmp_path / 'arm3_policy.onnx'))
-    env = dict(os.environ, ROS_HOME=str(tmp_path / 'ros_home'), PYTHONUNBUFFERED='1')
+    # One HOME (SysID results default to ~/.ros/simreal_ros/sysid) and one ROS_HOME (stage
+    # records) for both robots, as on one computer.
+    env = dict(os.environ, ROS_HOME=str(tmp_path / 'ros_home'), HOME=str(tmp_path / 'home'),
+               PYTHONUNBUFFERED='1')
     ups, logs = {}, {}
     try:
         for ns in ('left', 'right'):
             logs[ns] = open(tmp_path / f'{ns}.log', 'w+')
-            rviz = ['--rviz'] if ns == 'left' else []   # status_markers on one robot
+            # status_markers and the SysID nodes on one robot
+            rviz = ['--rviz', '--sysid'] if ns == 'left' else []
             ups[ns] = subprocess.Popen(
                 [sys.executable, '-m', 'simreal_ros.cli', '-n', ns, 'up', '--policy', policy]
                 + rviz,
@@ -79,7 +84,8 @@ def test_two_namespaced_robots_stay_apart(two_robots):
     code, out = simreal('-n', 'left', 'estop', env=env)
     assert code == 0 and out.startswith('estop: ok'), out
     wait_for(lambda: state_of('left', env)['estop'], 10, interval=0.5, what='left latched')
-    assert not state_of('right', env)['estop']
+    right = state_of('right', env)
+    assert not right['estop'], right['estop_cause']
     # Each robot's status shows its own diagnostics, named with its namespace.
     code, out = simreal('-n', 'right', 'status', env=env)
     assert code == 0 and 'e-stop      : clear' in out, out
@@ -161,3 +167,24 @@ def test_monitoring_files_name_what_runs_in_each_namespace(two_robots, tmp_path)
     finally:
         spinner.stop()
         rclpy.try_shutdown()
+
+
+def test_sysid_on_one_robot_while_the_other_deploys(two_robots):
+    env = two_robots
+    code, out = simreal('-n', 'right', 'enable', env=env)
+    assert code == 0, out
+    try:
+        wait_for(lambda: state_of('right', env)['output'] == 'forwarding', 60, interval=0.5,
+                 what='right forwarding its policy')
+    except AssertionError as exc:
+        raise AssertionError(f'{exc}; right: {state_of("right", env)}') from None
+    code, out = simreal('-n', 'left', 'sysid', 'latency', '--joints', 'elbow_pitch', env=env,
+                        timeout=300)
+    assert code == 0 and 'latency_id: ok' in out, out
+    right = state_of('right', env)
+    assert not right['estop'] and right['output'] == 'forwarding', right
+    assert state_of('left', env)['mode'] == 'policy'   # the SysID client hands it back
+    sysid = os.path.join(env['HOME'], '.ros', 'simreal_ros', 'sysid')
+    mine = sorted(os.listdir(os.path.join(sysid, 'left')))
+    assert any(f.endswith('.yaml') for f in mine) and any(f.endswith('.mcap') for f in mine), mine
+    assert sorted(os.listdir(sysid)) == ['left'], os.listdir(sysid)   # nothing shared, no right
