@@ -9,8 +9,8 @@ binary is committed. By hand:
 
 Observation (8 values, policy order head_tilt, head_pan): joint_pos (relative to
 default_position), joint_vel (x 0.1), last_action, gait_phase (sin, cos; period 4 s).
-Actions (2, policy order, position mode, scale 0.4): a slow scan, pan = -0.4 + sin, tilt =
-0.5 + 0.3 cos, plus a small fixed-random tanh layer of the whole observation, so a joint
+Actions (2, policy order, position mode, scale 0.4): a slow scan, pan = 0.8 sin, tilt =
+0.3 - 0.3 cos (at most 0.34 rad/s of target change), plus a small fixed-random tanh layer of the whole observation, so a joint
 order mix-up anywhere (observation or command) changes the targets. The policy's joint order
 (head_tilt, head_pan) is deliberately not the driver's (head_pan, head_tilt).
 """
@@ -35,10 +35,10 @@ def pantilt(path, seed=7):
     w1 = (rng.standard_normal((N_OBS, HIDDEN)) / np.sqrt(N_OBS)).astype(np.float32)
     b1 = np.zeros(HIDDEN, np.float32)
     w2 = (rng.standard_normal((HIDDEN, N_ACT)) * 0.02 / np.sqrt(HIDDEN)).astype(np.float32)
-    b2 = np.array([0.5, -0.4], np.float32)          # tilt, pan
+    b2 = np.array([0.3, 0.0], np.float32)           # tilt, pan
     scan = np.zeros((N_OBS, N_ACT), np.float32)     # gait_phase sin, cos -> pan, tilt
-    scan[6, 1] = 1.0     # sin -> head_pan
-    scan[7, 0] = 0.3     # cos -> head_tilt
+    scan[6, 1] = 0.8     # sin -> head_pan
+    scan[7, 0] = -0.3    # cos -> head_tilt
     inits = [numpy_helper.from_array(w1, 'w1'), numpy_helper.from_array(b1, 'b1'),
              numpy_helper.from_array(w2, 'w2'), numpy_helper.from_array(b2, 'b2'),
              numpy_helper.from_array(scan, 'scan')]
