@@ -63,7 +63,8 @@ def parse_args(argv=None):
     parser.add_argument('--robot', required=True,
                         help='robot file (config/robots/<name>.yaml, or a name there)')
     parser.add_argument('--policy', help='ONNX policy: replaces policy_runner\'s policy_path '
-                        '(default: the robot file\'s; arm3\'s stand-in is made on first use)')
+                        '(default: the robot file\'s; a stand-in such as arm3\'s or pantilt\'s is '
+                        'made on first use)')
     parser.add_argument('--reference', help='reference trace (.npz, docs/traces.md) with '
                         '`actions`, one sample per policy step; required for lockstep')
     parser.add_argument('--mode', choices=('lockstep', 'realtime'), default='lockstep')
