@@ -8,11 +8,13 @@ binary is committed. By hand:
     .venv/bin/python scripts/pantilt_policy.py /tmp/pantilt_policy.onnx     # from a checkout
 
 Observation (8 values, policy order head_tilt, head_pan): joint_pos (relative to
-default_position), joint_vel (x 0.1), last_action, gait_phase (sin, cos; period 4 s).
+default_position), joint_vel (x 0.1), last_action, gait_phase (sin, cos; the robot file's
+period_s, 6 s).
 Actions (2, policy order, position mode, scale 0.4): a slow scan, pan = 0.8 sin, tilt =
-0.3 - 0.3 cos (at most 0.34 rad/s of target change), plus a small fixed-random tanh layer of the whole observation, so a joint
-order mix-up anywhere (observation or command) changes the targets. The policy's joint order
-(head_tilt, head_pan) is deliberately not the driver's (head_pan, head_tilt).
+0.3 - 0.3 cos (at most 0.34 rad/s of target change), plus a small fixed-random tanh layer of
+the whole observation (at most 0.03 rad), so a joint order mix-up anywhere (observation or
+command) changes the targets. The policy's joint order (head_tilt, head_pan) is deliberately
+not the driver's (head_pan, head_tilt).
 """
 import argparse
 
