@@ -63,7 +63,8 @@ def parse_args(argv=None):
     parser.add_argument('--robot', required=True,
                         help='robot file (config/robots/<name>.yaml, or a name there)')
     parser.add_argument('--policy', help='ONNX policy: replaces policy_runner\'s policy_path '
-                        '(default: the robot file\'s; arm3\'s stand-in is made on first use)')
+                        '(default: the robot file\'s; a stand-in such as arm3\'s or pantilt\'s is '
+                        'made on first use)')
     parser.add_argument('--reference', help='reference trace (.npz, docs/traces.md) with '
                         '`actions`, one sample per policy step; required for lockstep')
     parser.add_argument('--mode', choices=('lockstep', 'realtime'), default='lockstep')
@@ -123,6 +124,8 @@ def prepare(args):
         start, source, notes = sim2sim.initial_position(setup, trace, plan['hold'])
         plan['initial_position'], plan['initial_source'] = start, source
         plan['notes'] += notes
+        if args.supervisor == 'on':
+            plan['notes'] += start_far_from_default(setup, start, plan['hold'])
     cmd, cmd_source = (sim2sim.reference_command(trace, setup.robot, args.cmd_vel)
                        if trace is not None else
                        (None if args.cmd_vel is None else list(args.cmd_vel),
@@ -139,6 +142,34 @@ def prepare(args):
     plan['cmd_vel_source'] = cmd_source
     plan['fall_z'], plan['fall_z_source'] = sim2sim.fall_height(setup, trace, args.fall_z)
     return setup, trace, plan
+
+
+def start_far_from_default(setup, start, hold_periods):
+    """Return a note when the first command (the held default pose) is further from the
+    robot's starting pose than safety_supervisor's reset_tolerance: the supervisor then does
+    not start forwarding, its safe output advances the lockstep without the policy and every
+    later step differs (seen with pantilt: initial_position 0, default tilt 0.2 rad)."""
+    import numpy as np
+    from simreal_ros.core.config import load_node_params
+    if hold_periods == 0 or setup.mode != 'position':
+        return []
+    names = [str(n) for n in setup.sim.get('joint_names') or setup.joint_names]
+    if start is None:
+        start = setup.sim.get('initial_position')
+    if start is None or len(start) != len(names):
+        return []
+    at = dict(zip(names, np.asarray(start, dtype=float)))
+    tol = float(load_node_params(setup.robot, 'safety_supervisor').get('reset_tolerance', 0.1))
+    far = {n: round(float(abs(v - at[n])), 4) for n, v in zip(setup.command_names,
+                                                             setup.hold_values()) if n in at
+           and abs(float(v) - at[n]) > tol}
+    if not far:
+        return []
+    return [f'the reference starts {far} rad from the default pose it holds first, more than '
+            f'safety_supervisor reset_tolerance {tol:g}: the supervisor will not forward that '
+            'hold, the lockstep runs on its safe output and the actions differ from the first '
+            'step. Record the reference from the default pose (reference_rollout '
+            '--initial-position, in sim_robot joint_names order) or run --supervisor off']
 
 
 def main(argv=None):

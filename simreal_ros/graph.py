@@ -272,10 +272,14 @@ def _policy_problem(path, over):
     try:
         resolve_path(policy, what='policy_path', relative_to=Path(path).parent)
     except ConfigError as exc:
-        hint = ''
-        if 'arm3_policy' in str(policy):
-            hint = ('; create the arm3 stand-in with `python -m simreal_ros.onnx_policies '
-                    f'arm3 {policy}` or give policy:=<file.onnx>')
+        from simreal_ros.onnx_policies import STAND_INS
+        if os.path.basename(str(policy)) in STAND_INS:
+            hint = (f'; {os.path.basename(str(policy))} is a stand-in the package makes on '
+                    'first use when policy_path names it by a relative path (as '
+                    'config/robots/ does), or give policy:=<file.onnx>')
+        else:
+            hint = ('; give policy:=<file.onnx> (simreal up --policy), or fix policy_path '
+                    '(docs/bring_your_own.md, "The policy")')
         return f'{exc}{hint}'
     return ''
 

@@ -104,8 +104,13 @@ def arm3(path, nan_gate=None):
                          'action_scale': '0.5'})
 
 
+def _pantilt(path):
+    from simreal_ros.pantilt_policy import pantilt   # its own module (imports this one)
+    return pantilt(path)
+
+
 # Policies the package can make itself: the file name a robot file gives -> generator.
-STAND_INS = {'arm3_policy.onnx': arm3}
+STAND_INS = {'arm3_policy.onnx': arm3, 'pantilt_policy.onnx': _pantilt}
 
 
 def user_data_dir():

@@ -289,3 +289,18 @@ def test_start_phase_commands_the_measured_pose_until_admitted_then_eases_to_def
     assert start.eases == 2 and start.phase == 'ease'
     # Off: the policy at once.
     assert StartPhase(0.0, [0.0]).command(0.0, False, [1.0]) == (None, False)
+
+
+def test_driver_gains_are_compared_with_the_metadata_in_the_policy_order(tmp_path):
+    """pantilt: kp/kd in the robot file are the driver's (head_pan, head_tilt); the policy's
+    metadata joint_stiffness/joint_damping are in its own order (head_tilt, head_pan)."""
+    from simreal_ros.pantilt_policy import pantilt
+    params = load_node_params(REPO / 'config' / 'robots' / 'pantilt.yaml', 'policy_runner')
+    params['policy_path'] = pantilt(str(tmp_path / 'pantilt.onnx'))
+    assert params['kp'] == [20.0, 15.0] and params['policy_joint_names'][0] == 'head_tilt'
+    ctl = PolicyController(params)
+    assert 'kp (policy order) matches the metadata joint_stiffness' in ctl.metadata_notes
+    assert 'kd (policy order) matches the metadata joint_damping' in ctl.metadata_notes
+    with pytest.raises(ConfigError, match=r'kp \(policy order\) is \[20.0, 15.0\] but the '
+                       r'policy metadata joint_stiffness is \[15.0, 20.0\]'):
+        PolicyController(dict(params, kp=[15.0, 20.0]))   # gains given in the policy's order

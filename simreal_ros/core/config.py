@@ -66,7 +66,7 @@ def resolve_path(path, what='path', relative_to=None):
     for candidate in candidates:
         if candidate.exists():
             return candidate.resolve()
-    tried = ', '.join(str(c) for c in candidates)
+    tried = ', '.join(dict.fromkeys(str(c) for c in candidates))   # cwd may be the checkout
     raise ConfigError(f'{what} {path!r} not found (tried: {tried})')
 
 

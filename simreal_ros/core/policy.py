@@ -192,7 +192,8 @@ def check_metadata(metadata, path, joint_names, default_position=None, action_sc
             notes.append('joint_names match the metadata')
     numeric = (('default_joint_pos', default_position, 'default_position'),
                ('action_scale', action_scale, 'action.scale'),
-               ('joint_stiffness', kp, 'kp'), ('joint_damping', kd, 'kd'))
+               ('joint_stiffness', kp, 'kp (policy order)'),
+               ('joint_damping', kd, 'kd (policy order)'))
     for key, configured, param in numeric:
         if key not in metadata:
             continue
@@ -217,6 +218,18 @@ def check_metadata(metadata, path, joint_names, default_position=None, action_sc
     return problems, notes
 
 
+def _in_policy_order(values, driver, to_policy):
+    """Return per-joint `values` given in the driver's order (joint_names) in the policy's.
+
+    One value, none, or a list that is not one per driver joint is returned as it is (the
+    comparison with the metadata then says what does not fit).
+    """
+    if values is None or to_policy is None:
+        return values
+    arr = np.asarray(values, dtype=float).reshape(-1)
+    return arr[to_policy] if arr.size == len(driver) else values
+
+
 # The policy_runner parameters other than the observation terms: (name, default, description,
 # low, high). None = not set (dynamically typed). The node declares these with descriptors.
 RUNNER_PARAMETERS = (
@@ -235,10 +248,10 @@ RUNNER_PARAMETERS = (
      None),
     ('action.scale', 1.0, 'action scale: one value or one per policy joint', None, None),
     ('action.clip', 0.0, 'clip of the raw action before scaling (0 = none)', 0.0, None),
-    ('kp', None, 'gains the policy was trained with, checked against ONNX metadata', None,
-     None),
-    ('kd', None, 'damping the policy was trained with, checked against ONNX metadata', None,
-     None),
+    ('kp', None, "the driver's PD gains, joint_names order (usually from the '/**' section); "
+     'checked in policy order against the ONNX metadata joint_stiffness', None, None),
+    ('kd', None, "the driver's PD damping, joint_names order; checked in policy order against "
+     'the ONNX metadata joint_damping', None, None),
 )
 
 
@@ -275,9 +288,13 @@ class PolicyController:
         self.actions = ActionProcessor(n, params.get('action.mode') or 'position',
                                        params.get('action.scale', 1.0),
                                        params.get('action.clip') or 0.0, default, source)
+        # kp/kd are the driver's gains in joint_names order (the robot file's '/**' section);
+        # the exporters' joint_stiffness/joint_damping are in the policy's joint order.
+        to_policy = self.joint_map.index_from(driver) if driver else None
         problems, self.metadata_notes = check_metadata(
             self.session.metadata, path, self.joint_map.policy_names, default,
-            self.actions.scale, params.get('kp'), params.get('kd'))
+            self.actions.scale, _in_policy_order(params.get('kp'), driver, to_policy),
+            _in_policy_order(params.get('kd'), driver, to_policy))
         if problems:
             raise ConfigError(f'{source}: the configuration does not match the policy '
                               'metadata: ' + '; '.join(problems))
