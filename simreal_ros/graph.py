@@ -288,8 +288,9 @@ def missing_files(robot):
 
     The files are the `*_path` parameters of every section (model_path, policy_path), resolved
     as the nodes resolve them (absolute, package://simreal_ros/..., or relative to the current
-    directory or the source checkout; a policy_path first to the robot file's folder). A stand-in policy the package makes on first use
-    (`arm3_policy.onnx`, see `_stand_in`) is never missing. Tests skip a robot file with this,
+    directory or the source checkout; a policy_path first to the robot file's folder). A
+    stand-in policy the package makes on first use (`arm3_policy.onnx`, see `_stand_in`) is
+    never missing. Tests skip a robot file with this,
     whatever its name: the G1's model and policy live in ../shared, beside the repository.
     """
     from simreal_ros.onnx_policies import STAND_INS

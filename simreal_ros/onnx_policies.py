@@ -102,7 +102,7 @@ def recurrent(path, n_obs, n_act, hidden=8, seed=0, names=('h_in', 'h_out')):
 # commanded fraction of the full swing (cmd_vel linear.x, the velocity_command term; 0 until
 # an operator sends one: the policy then holds the default pose) and t the gait_phase clock.
 ARM3_SWING_AMPLITUDE = (0.3, 0.35, 0.3)   # rad at c = 1: shoulder_yaw, shoulder_pitch, elbow
-ARM3_SWING_PERIOD_S = 2.0                 # s; config/robots/arm3.yaml gait_phase period_s
+ARM3_SWING_PERIOD_S = 4.0                 # s; config/robots/arm3.yaml gait_phase period_s
 ARM3_LEAD_S = 0.005                       # half a 100 Hz policy period: the hold's mean delay
 ARM3_OBS = 14                             # joint_pos, joint_vel, last_action, command, phase
 ARM3_COMMAND_INDEX = 9                    # velocity_command x (cmd_vel linear.x)
