@@ -211,11 +211,13 @@ class Demo:
         for node in nodes:
             result = None
             for attempt in (1, 2):
+                self._reset_interruption(node)
                 result = sysid_client.run(self.ros, node, timeout=600,
                                           progress=_progress(self.say, node))
                 # An interruption (an e-stop, or joint_states late because the machine was
-                # busy) stops an experiment with no result; it is run once more. A result, good
-                # or failed, stands.
+                # busy) stops an experiment with no result; it is run once more, after a reset
+                # of the e-stop it left latched (a SysID run never releases one). A result,
+                # good or failed, stands.
                 message = str(result.get('message', ''))
                 if attempt == 2 or result.get('ok') or not any(k in message for k in RETRY_ON):
                     break
@@ -232,6 +234,18 @@ class Demo:
         if not ok:
             raise RuntimeError(detail)
         return detail
+
+    def _reset_interruption(self, node):
+        """Reset an e-stop latched by the previous experiment's interruption (said, and the
+        interrupted run is reported as failed or retried), so that `node` can run at all."""
+        from simreal_ros.client import sysid as sysid_client
+        if self.ros is None:
+            return
+        state = self.state()
+        if state.get('estop'):
+            ok, message = sysid_client.reset_until(self.ros)
+            self.say(f'    e-stop latched ({state.get("estop_cause")}) before {node}: reset: '
+                     f'{message}')
 
     def bridge_push(self):
         from simreal_ros.client import sysid as sysid_client
