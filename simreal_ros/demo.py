@@ -458,8 +458,13 @@ class Demo:
         detail += ('; swing amplitude per stage '
                    + ', '.join(f'{x:.2f}: {a:.3f}' if a is not None else f'{x:.2f}: -'
                                for x, a in zip(scales, amps)) + ' rad')
+        pitch = max(demo['reference_peak_speed_rad_s'],
+                    key=demo['reference_peak_speed_rad_s'].get)
         detail += (f'; full swing at stage {scales[0]:.2f}: {demo["amplitude_rad"]:.3f} of '
-                   f'{demo["reference_rad"]:.3f} rad, {sum(demo["clips"].values())} clips')
+                   f'{demo["reference_rad"]:.3f} rad, {pitch} peak speed '
+                   f'{demo["peak_speed_rad_s"][pitch]:.2f} of '
+                   f'{demo["reference_peak_speed_rad_s"][pitch]:.2f} rad/s, '
+                   f'{sum(demo["clips"].values())} clips')
         detail += (f'; clips while promoting {sum(staged.values())}'
                    + (f' ({self.facts["policy_clips"]["explanation"]})' if staged else ''))
         problems = _amplitude_problems(scales, amps, swing.reference(1.0))
@@ -589,10 +594,13 @@ class Demo:
                 f'</tr>{rows}</table>')
         full = self.facts.get('full_swing_at_lowest_stage')
         if full:
+            speeds = ', '.join(f'{n} {v:.2f} of {full["reference_peak_speed_rad_s"][n]:.2f}'
+                               for n, v in full['peak_speed_rad_s'].items())
             text += (f'<p>The full reference swing (amplitude {full["reference_rad"]:.3f} rad) '
-                     f'commanded at stage {full["stage"]:.2f}: {full["amplitude_rad"]:.3f} rad '
-                     f'got through; {sum(full["clips"].values())} clipped joint outputs: '
-                     f'{esc(full["explanation"])}</p>')
+                     f'commanded at stage {full["stage"]:.2f}: {full["amplitude_rad"]:.3f} rad, '
+                     f'peak speed {esc(speeds)} rad/s got through; '
+                     f'{sum(full["clips"].values())} clips (joint and limit counted per '
+                     f'supervisor tick): {esc(full["explanation"])}</p>')
         clips = (self.facts.get('policy_clips') or {}).get('while_promoting')
         if clips is not None:
             why = (self.facts['policy_clips'].get('explanation') or '') if clips else ''

@@ -220,8 +220,10 @@ def test_demo_runs_every_step_ok_and_the_swing_grows_with_the_stage(tmp_path):
     assert values[-1] > 5 * values[0], amps
     full = summary['facts']['full_swing_at_lowest_stage']
     assert abs(values[-1] - full['reference_rad']) <= 0.15 * full['reference_rad'], amps
-    # The full swing at stage 0.10 is clipped: less gets through, and the report says why.
-    assert full['amplitude_rad'] < 0.8 * full['reference_rad'], full
+    # The full swing at stage 0.10 is clipped: it is slowed down to about the stage's target
+    # rate (0.30 rad/s for shoulder_pitch, asked 0.55), and the report says why.
+    speed, asked = full['peak_speed_rad_s'], full['reference_peak_speed_rad_s']
+    assert speed['shoulder_pitch'] < 0.85 * asked['shoulder_pitch'], full
     assert sum(full['clips'].values()) > 0 and 'max_target_rate' in full['explanation'], full
     clips = summary['clips']['while_promoting']
     assert not clips or summary['clips']['explanation'], summary['clips']
