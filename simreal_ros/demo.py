@@ -421,8 +421,8 @@ class Demo:
             resp = self.ros.trigger('safety/advance_stage', 'safety_supervisor')
             self.say(f'    {resp.message}')
             window = None
-        if swing is not None:
-            swing.ramp_to(0.0)    # back to the default pose before the e-stop step
+        if swing is not None:    # back to the default pose before the e-stop step
+            swing.ramp_to(0.0, rate=max(SwingCommand.RATE, 0.5 * swing.fraction))
         final = self.state()
         clips = _clip_diff(clips_before, _clip_counts(final))
         staged = _clip_diff(demo['clips_after'], _clip_counts(final)) if demo else clips
