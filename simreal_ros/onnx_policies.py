@@ -100,7 +100,8 @@ def recurrent(path, n_obs, n_act, hidden=8, seed=0, names=('h_in', 'h_out')):
 # The arm3 policy's task: a swing of every joint around the default pose (the hanging rest
 # pose), q_ref = c * ARM3_SWING_AMPLITUDE * sin(2*pi*t / ARM3_SWING_PERIOD_S), where c is the
 # commanded fraction of the full swing (cmd_vel linear.x, the velocity_command term; 0 until
-# an operator sends one: the policy then holds the default pose) and t the gait_phase clock.
+# an operator sends one: the policy then holds the default pose) and t the time since the
+# policy started (the gait_phase term, origin reset).
 ARM3_SWING_AMPLITUDE = (0.3, 0.35, 0.3)   # rad at c = 1: shoulder_yaw, shoulder_pitch, elbow
 ARM3_SWING_PERIOD_S = 4.0                 # s; config/robots/arm3.yaml gait_phase period_s
 ARM3_LEAD_S = 0.005                       # half a 100 Hz policy period: the hold's mean delay
