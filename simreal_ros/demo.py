@@ -707,7 +707,8 @@ class SwingCommand:
         self.timer = ros.node.create_timer(1.0 / self.HZ, self._tick,
                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
         # policy_runner's restarts (a stall made the supervisor stop admitting it: it eases
-        # to the default pose and starts the swing again), from its /diagnostics at 1 Hz.
+        # to the default pose and starts the swing again), from its /diagnostics at 1 Hz:
+        # (stamp, eases started, start phase).
         from diagnostic_msgs.msg import DiagnosticArray
         self._loop_name = (join_name(ros.namespace, 'policy_runner').lstrip('/')
                            + ': loop')
@@ -731,18 +732,20 @@ class SwingCommand:
         for status in msg.status:
             if status.name == self._loop_name:
                 values = {kv.key: kv.value for kv in status.values}
-                if 'handovers' in values:
-                    self._handovers.append((stamp, int(values['handovers'])))
+                if 'eases' in values:
+                    self._handovers.append((stamp, int(values['eases']),
+                                            values.get('start_phase')))
 
     def undisturbed(self, t0, t1):
-        """True when policy_runner did not restart the policy between ROS times t0 and t1,
-        False when it did, None until its diagnostics after t1 have arrived."""
+        """True when policy_runner ran the policy all along between ROS times t0 and t1 (no
+        spell without the supervisor's admission, no ease back to the default pose), False
+        when not, None until its diagnostics after t1 have arrived."""
         seen = list(self._handovers)
-        before = [n for t, n in seen if t <= t0]
-        after = [n for t, n in seen if t >= t1]
+        before = [(n, phase) for t, n, phase in seen if t <= t0]
+        after = [(n, phase) for t, n, phase in seen if t >= t1]
         if not after or not before:
             return None
-        return before[-1] == after[0]
+        return before[-1][0] == after[0][0] and before[-1][1] == after[0][1] == 'policy'
 
     def _tick(self):
         with self._lock:
