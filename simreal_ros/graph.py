@@ -236,6 +236,8 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
             if problem:
                 skipped.append((name, problem))
                 continue
+            # The node gets the file checked here, whatever its working directory.
+            over['policy_path'] = str(_policy_file(path, over))
         nodes.append(NodeSpec(name=name, params_files=[str(path)], remaps=list(remaps),
                               overrides=over))
     graph = Graph(robot=str(robot), robot_name=robot_name, config_path=Path(path),
@@ -265,12 +267,23 @@ def _stand_in(path):
     return stand_in_policy(name)
 
 
+def _policy_file(path, over):
+    """Return policy_runner's policy file: an override as given, else the robot file's
+    policy_path (absolute, package://, or relative to the robot file's folder, as
+    policy_runner resolves it against the parameter file that sets it)."""
+    if over.get('policy_path'):
+        return resolve_path(over['policy_path'], what='policy_runner: parameter policy_path')
+    policy = load_node_params(path, POLICY).get('policy_path')
+    return resolve_path(policy, what=f'policy_runner: parameter policy_path (set in {path})',
+                        relative_to=Path(path).parent)
+
+
 def _policy_problem(path, over):
     policy = over.get('policy_path') or load_node_params(path, POLICY).get('policy_path')
     if not policy:
         return f'{path}: policy_runner has no policy_path (give policy:=<file.onnx>)'
     try:
-        resolve_path(policy, what='policy_path', relative_to=Path(path).parent)
+        _policy_file(path, over)
     except ConfigError as exc:
         from simreal_ros.onnx_policies import STAND_INS
         if os.path.basename(str(policy)) in STAND_INS:
@@ -289,8 +302,9 @@ def missing_files(robot):
 
     The files are the `*_path` parameters of every section (model_path, policy_path), resolved
     as the nodes resolve them (absolute, package://simreal_ros/..., or relative to the current
-    directory or the source checkout). A stand-in policy the package makes on first use
-    (`arm3_policy.onnx`, see `_stand_in`) is never missing. Tests skip a robot file with this,
+    directory or the source checkout; a policy_path first to the robot file's folder). A
+    stand-in policy the package makes on first use (`arm3_policy.onnx`, see `_stand_in`) is
+    never missing. Tests skip a robot file with this,
     whatever its name: the G1's model and policy live in ../shared, beside the repository.
     """
     from simreal_ros.onnx_policies import STAND_INS
@@ -304,7 +318,8 @@ def missing_files(robot):
                     not value.startswith(('/', 'package://')):
                 continue
             try:
-                resolve_path(value, what=f'{section}.{key}')
+                resolve_path(value, what=f'{section}.{key}', relative_to=(
+                    Path(path).parent if key == 'policy_path' else None))
             except ConfigError:
                 if (key, value) not in [(k, v) for _, k, v in missing]:   # '/**' ones once
                     missing.append((section, key, value))

@@ -55,7 +55,7 @@ def test_observation_length_mismatch_is_refused_with_the_terms(tmp_path):
     with pytest.raises(ConfigError) as err:
         PolicyController(params)
     text = str(err.value)
-    assert 'observation length 9' in text and 'length 12' in text
+    assert 'observation length 9' in text and 'length 14' in text
     assert 'last_action (last_action): 3 = 3' in text
 
 

@@ -70,6 +70,31 @@ def resolve_path(path, what='path', relative_to=None):
     raise ConfigError(f'{what} {path!r} not found (tried: {tried})')
 
 
+def params_files(argv):
+    """Return the `--params-file` paths of a ROS command line, in order (later ones win)."""
+    files, ros = [], False
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        if arg == '--ros-args':
+            ros = True
+        elif arg == '--':
+            ros = False
+        elif ros and arg == '--params-file' and i + 1 < len(argv):
+            files.append(argv[i + 1])
+    return files
+
+
+def setting_file(files, node_name, key):
+    """Return the last of `files` that gives node `node_name` parameter `key`, or None."""
+    for path in reversed(list(files)):
+        try:
+            if key in load_node_params(path, node_name):
+                return Path(path).resolve()
+        except ConfigError:
+            continue
+    return None
+
+
 def robot_config_path(robot):
     """Return the parameter file for a robot given by name (config/robots/<name>.yaml) or path."""
     robot = str(robot)

@@ -13,6 +13,7 @@ JSON lists), is read and compared with the configuration by `check_metadata`.
 import json
 import math
 import os
+from pathlib import Path
 import re
 
 import numpy as np
@@ -234,7 +235,8 @@ def _in_policy_order(values, driver, to_policy):
 # low, high). None = not set (dynamically typed). The node declares these with descriptors.
 RUNNER_PARAMETERS = (
     ('joint_names', None, "the driver's joint names (usually from the '/**' section)", None, None),
-    ('policy_path', '', 'ONNX policy file (absolute, relative, or package://simreal_ros/...)',
+    ('policy_path', '', 'ONNX policy file: absolute, package://simreal_ros/..., or relative to '
+     'the folder of the parameter file that sets it (then the working directory)',
      None, None),
     ('policy_joint_names', None, "the policy's joint order (default: joint_names)", None, None),
     ('default_position', None, 'default pose, policy joint order (rad)', None, None),
@@ -258,7 +260,7 @@ RUNNER_PARAMETERS = (
 class PolicyController:
     """Observation builder + ONNX session + action processor, checked against each other."""
 
-    def __init__(self, params, source='policy_runner', base_dir=None):
+    def __init__(self, params, source='policy_runner', base_dir=None, params_file=None):
         from simreal_ros.core.actions import ActionProcessor
         from simreal_ros.core.config import resolve_path
         from simreal_ros.core.observation import JointMap, ObservationBuilder
@@ -273,8 +275,14 @@ class PolicyController:
             raise ConfigError(f'{source}: default_position needs {n} finite values (policy '
                               f'joint order), got {default.tolist()}')
         self.default_position = default
-        path = resolve_path(params.get('policy_path'), what=f'{source} parameter policy_path',
-                            relative_to=base_dir)
+        # A relative policy_path is relative to the parameter file that sets it (base_dir:
+        # its folder), as graph.build_graph checks it; the nodes started by the graph get the
+        # absolute path it resolved.
+        where = f' (set in {params_file})' if params_file else ''
+        if base_dir is None and params_file:
+            base_dir = Path(params_file).parent
+        path = resolve_path(params.get('policy_path'),
+                            what=f'{source}: parameter policy_path{where}', relative_to=base_dir)
         self.session = PolicySession(path, int(params.get('threads') or 1),
                                      params.get('input_name') or '',
                                      params.get('output_name') or '')

@@ -43,6 +43,7 @@ timer: the simulation waits for it, so the ROS path can be compared step by step
 reference loop.
 """
 import math
+import sys
 import threading
 import time
 
@@ -56,7 +57,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
 from std_srvs.srv import SetBool, Trigger
 
-from simreal_ros.core.config import ConfigError
+from simreal_ros.core.config import ConfigError, params_files, setting_file
 from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
                                      PhaseAligner, PolicyController, StartPhase)
@@ -77,7 +78,9 @@ class PolicyRunner(Node):
         super().__init__(self.NODE_NAME)
         self.priority = declare_priority(self, -5)   # before the work starts
         params = self._declare_parameters()
-        self.ctl = PolicyController(params, source=f'{self.get_name()} parameters')
+        # A relative policy_path is relative to the parameter file that sets it.
+        self.ctl = PolicyController(params, source=self.get_name(), params_file=setting_file(
+            params_files(sys.argv), self.get_name(), 'policy_path'))
         self.period = 1.0 / float(params['rate_hz'])
         self.max_age = float(params['max_input_age_s'])
         self.late_max_age = max(float(params['late_input_max_age_s']), self.max_age)
