@@ -167,6 +167,8 @@ class ShadowGap:
         q = np.array([r[1] for r in rows])
         dq = np.array([r[2] for r in rows])
         ct = np.maximum(np.array([c[0] for c in cmds]) - t0, -1.0)
+        q, dq = q.copy(), dq.copy()
+        q[0], dq[0] = _start_state(t, q, dq)
         rec = Recording(self.names, t, q, dq, np.zeros_like(q), ct,
                         np.array([c[1] for c in cmds]), np.array([c[2] for c in cmds]),
                         np.array([c[3] for c in cmds]))
@@ -194,7 +196,7 @@ class ShadowGap:
         rec, why = self.window()
         if rec is None:
             return self._unknown(now, why)
-        stamp = rec.t_end if now is None else now
+        stamp = rec.t_end   # the data's time (the newest joint_states stamp): its freshness
         try:
             q, dq = self.replayer.rollout(rec, self.params, model=self.model)
             result = evaluate(rec, q, dq, self.names, threshold=math.inf,
@@ -225,6 +227,7 @@ class ShadowGap:
                 level = 'OK'
             doc['joints'][name] = {
                 'status': level, 'gap_over_floor': r,
+                'motion_rad_s': float(np.std(rec.velocity[:, i])),
                 'nrmse_position': result.nrmse['position'][i],
                 'nrmse_velocity': result.nrmse['velocity'][i],
                 'position_over_floor': float(per_q['position'][i]),
@@ -250,6 +253,19 @@ class ShadowGap:
         med = {k: np.maximum(np.median([s[k] for s in self._live_sigma], axis=0), 1e-9)
                for k in ('position', 'velocity')}
         return med, 'live'
+
+
+def _start_state(t, q, dq, n=15):
+    """The replay's start state: a quadratic fit of the first `n` samples at t[0], so one noisy
+    sample does not start the model off the robot (velocity noise would become a position
+    error that the score then counts as gap)."""
+    n = min(n, len(t))
+    if n < 5:
+        return q[0], dq[0]
+    x = t[:n] - t[0]
+    a = np.polyfit(x, q[:n], 2)
+    b = np.polyfit(x, dq[:n], 2)
+    return a[-1], b[-1]
 
 
 def noise_floor_of(rec, names):
