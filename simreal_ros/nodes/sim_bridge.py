@@ -36,10 +36,13 @@ import os
 import threading
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
@@ -48,8 +51,10 @@ from simreal_ros.core.bridge.params import RANGES, UNITS
 from simreal_ros.core.bridge.recording import latest_recording, read_mcap
 from simreal_ros.core.files import inside
 from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
+from simreal_ros.core.bridge.shadow import ShadowConfig, ShadowGap, noise_floor_of
 from simreal_ros.core.config import ConfigError
-from simreal_ros.nodes.common import LATCHED_QOS, declare, run
+from simreal_ros.nodes.common import (LATCHED_QOS, PolledSubscription, declare, diag_name, run,
+                                      stamp_to_sec)
 
 NODE_NAME = 'sim_bridge'
 
@@ -135,8 +140,103 @@ class SimBridge(Node):
         self.pub_refined = self.create_publisher(String, '~/refined', LATCHED_QOS)
         self.create_service(Trigger, '~/refine', self._on_refine, callback_group=services)
         self._refiner = None   # the background refinement thread
+        self._shadow_init()
         self.get_logger().info(f'sim_bridge ready: {len(names)} joints, model '
                                f'{self.session.model_path}')
+
+    # -- the shadow: the live reality gap (simreal_ros.core.bridge.shadow) -------------------
+    def _shadow_init(self):
+        cfg = ShadowConfig(
+            window_s=declare(self, 'shadow.window_s', 1.5, 'live gap: length of each replayed '
+                             'window, from the measured state at its start (s)', low=0.2,
+                             high=30.0, read_only=True),
+            warn_ratio=declare(self, 'shadow.warn_ratio', 3.0, 'live gap per joint above '
+                               'which it is WARN, in units of the noise floor measured offline',
+                               low=1.0, high=1e6, read_only=True),
+            error_ratio=declare(self, 'shadow.error_ratio', 5.0, 'live gap per joint above '
+                                'which (in shadow.persist_windows windows in a row) it is ERROR, '
+                                'in units of the offline noise floor', low=1.0, high=1e6,
+                                read_only=True),
+            persist_windows=declare(self, 'shadow.persist_windows', 2, 'consecutive windows '
+                                    'above shadow.error_ratio before ERROR', low=1, high=100,
+                                    read_only=True),
+            max_shift_s=declare(self, 'shadow.max_shift_s', 0.02, 'live gap: alignment search '
+                                'range, +- s', low=0.0, high=1.0, read_only=True))
+        enabled = declare(self, 'shadow.enabled', True, 'replay the supervisor output '
+                          '(hardware/command) through the model live and publish the gap on '
+                          '~/live_gap and /diagnostics', read_only=True)
+        period = declare(self, 'shadow.period_s', 0.5, 'live gap: one window is scored every '
+                         'this many seconds (off the 500 Hz path)', low=0.05, high=60.0,
+                         read_only=True)
+        self.shadow = None
+        self.pub_live = self.create_publisher(String, '~/live_gap', LATCHED_QOS)
+        if not enabled:
+            return
+        self.shadow = ShadowGap(self.session.replayer, cfg.validate('sim_bridge.shadow'))
+        self._shadow_params_version = None
+        self._params_version = 0
+        self.offline = None
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        deep = int(period * 500 * 4) + 100
+        self._shadow_subs = [
+            (PolledSubscription(self, JointState, 'joint_states', QoSProfile(
+                history=HistoryPolicy.KEEP_LAST, depth=deep,
+                reliability=ReliabilityPolicy.BEST_EFFORT)), self._shadow_state),
+            (PolledSubscription(self, JointState, 'hardware/command', QoSProfile(
+                history=HistoryPolicy.KEEP_LAST, depth=deep,
+                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command)]
+        self.create_timer(period, self._shadow_tick,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+
+    def _shadow_state(self, msg):
+        self.shadow.add_state(stamp_to_sec(msg.header.stamp), msg.name, msg.position,
+                              msg.velocity)
+
+    def _shadow_command(self, msg):
+        self.shadow.add_command(stamp_to_sec(msg.header.stamp), msg.name, msg.position,
+                                msg.velocity, msg.effort)
+
+    def identified(self, params):
+        """The model differs from the nominal MJCF: SysID results (or a robot file) set it."""
+        nominal = self.session.nominal
+        return bool(any(np.any(np.abs(np.asarray(getattr(params, k)) -
+                                      np.asarray(getattr(nominal, k))) > 1e-12)
+                        for k in JOINT_KEYS) or abs(params.latency_s - nominal.latency_s) > 1e-12)
+
+    def _shadow_tick(self):
+        for sub, take in self._shadow_subs:
+            for msg in sub.take_all():
+                take(msg)
+        if self._shadow_params_version != self._params_version:
+            params = self._current()
+            self.shadow.set_params(params, self.identified(params))
+            self._shadow_params_version = self._params_version
+        doc = self.shadow.evaluate(self.get_clock().now().nanoseconds * 1e-9)
+        if self.offline is not None:
+            doc['offline'] = self.offline
+        doc['cpu_s'] = round(self.shadow.cpu_s, 3)
+        self.pub_live.publish(String(data=json.dumps(doc)))
+        self._shadow_diagnostics(doc)
+
+    def _shadow_diagnostics(self, doc):
+        levels = {'OK': DiagnosticStatus.OK, 'WARN': DiagnosticStatus.WARN,
+                  'ERROR': DiagnosticStatus.ERROR}
+        out = DiagnosticArray()
+        out.header.stamp = self.get_clock().now().to_msg()
+        model = 'identified' if doc['identified'] else 'nominal'
+        for joint, j in doc['joints'].items():
+            st = DiagnosticStatus(name=diag_name(self, f'live gap {joint}'), hardware_id=joint)
+            if j['status'] == 'unknown':
+                st.level = DiagnosticStatus.STALE
+                st.message = f'{joint}: live gap unknown: {doc.get("reason", "")}'
+            else:
+                st.level = levels[j['status']]
+                st.message = (f'{joint}: live gap {j["gap_over_floor"]:.2f} x the noise floor '
+                              f'({j["status"]}; {model} model)')
+            st.values = [KeyValue(key=k, value=str(v)) for k, v in j.items()]
+            st.values.append(KeyValue(key='floor_source', value=str(doc.get('floor_source'))))
+            out.status.append(st)
+        self.pub_diag.publish(out)
 
     # -- parameters: validated by their descriptors; here only copied into JointParams ------
     def _on_set(self, changes):
@@ -177,6 +277,7 @@ class SimBridge(Node):
             except ConfigError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
             self.params = updated
+            self._params_version = getattr(self, '_params_version', 0) + 1
         return SetParametersResult(successful=True)
 
     def _current(self):
@@ -223,6 +324,7 @@ class SimBridge(Node):
             self.get_logger().error(response.message)
             return response
         self.last = (rec, report)
+        self._offline_to_shadow(rec, report, path)
         doc = report.to_dict()
         doc['reading'] = getattr(rec, 'source', {})
         self.pub.publish(String(data=json.dumps(doc)))
@@ -235,6 +337,21 @@ class SimBridge(Node):
                             f'{1e3 * report.identified.shift_s:+.1f} ms; {path}')
         self.get_logger().info(response.message)
         return response
+
+    def _offline_to_shadow(self, rec, report, path):
+        """The offline noise floor and verdict feed the live gap (and through it the gate)."""
+        if self.shadow is None:
+            return
+        try:
+            self.shadow.set_floor(*noise_floor_of(rec, self.session.names),
+                                  source=f'offline: {os.path.basename(str(path))}')
+        except ValueError as exc:
+            self.get_logger().warning(f'live gap keeps its noise floor: {path}: {exc}')
+        self.offline = {'passed': bool(report.identified.passed),
+                        'gap': float(report.identified.value),
+                        'threshold': float(report.identified.threshold),
+                        'recording': os.path.basename(str(path)),
+                        'held_out': bool(getattr(rec, 'held_out', False))}
 
     def _on_export(self, _request, response):
         busy = self._busy()
