@@ -48,7 +48,7 @@ from std_srvs.srv import Trigger
 
 from simreal_ros.core.bridge import BridgeSession, JOINT_KEYS
 from simreal_ros.core.bridge.params import RANGES, UNITS
-from simreal_ros.core.bridge.recording import latest_recording, read_mcap
+from simreal_ros.core.bridge.recording import latest_recording, read_mcap, split
 from simreal_ros.core.files import inside
 from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
 from simreal_ros.core.bridge.shadow import ShadowConfig, ShadowGap, noise_floor_of
@@ -90,6 +90,10 @@ class SimBridge(Node):
                                    'search range, +- s', low=0.0, high=1.0)
         p['skip_s'] = declare(self, 'skip_s', 0.2, 'initial replay transient left out of the '
                               'score (s)', low=0.0, high=10.0)
+        self.holdout = declare(self, 'holdout', 0.3, 'fraction of the recording, at its end, '
+                               'that ~/evaluate_gap scores and ~/refine never fits (held-out '
+                               'data); 0 = score and fit the whole recording', low=0.0,
+                               high=0.9)
         self.recordings_dir = declare(self, 'recordings_dir', '~/.ros/simreal_ros/sysid',
                                       'folder searched for the newest .mcap (read-only: '
                                       'recording is confined to it)', read_only=True)
@@ -269,6 +273,8 @@ class SimBridge(Node):
                             return SetParametersResult(successful=False, reason=(
                                 f'recording: {exc} (recordings_dir is fixed at start)'))
                     self.recording = value
+                elif name == 'holdout':
+                    self.holdout = float(value)
                 elif name in ('gap_threshold', 'max_shift_s', 'skip_s'):
                     setattr(self.session, 'threshold' if name == 'gap_threshold' else name,
                             float(value))
@@ -316,7 +322,10 @@ class SimBridge(Node):
         if rec is None:
             response.success, response.message = False, why
             return response
+        whole = rec
         try:
+            if self.holdout > 0:
+                _, rec = split(whole, self.holdout)
             report = self.session.evaluate(rec, self._current(), name=path)
         except (ConfigError, ValueError) as exc:
             response.success = False
@@ -327,6 +336,9 @@ class SimBridge(Node):
         self._offline_to_shadow(rec, report, path)
         doc = report.to_dict()
         doc['reading'] = getattr(rec, 'source', {})
+        doc['held_out'] = self.holdout > 0
+        doc['evaluated_span_s'] = getattr(rec, 'span_s', [float(rec.t[0]), float(rec.t[-1])])
+        doc['recording_span_s'] = [float(whole.t[0]), float(whole.t[-1])]
         self.pub.publish(String(data=json.dumps(doc)))
         verdict = 'PASS' if report.identified.passed else 'FAIL'
         response.success = True
@@ -334,7 +346,9 @@ class SimBridge(Node):
                             f'{100 * report.identified.threshold:.0f} %), nominal '
                             f'{100 * report.nominal.value:.2f} %, noise floor '
                             f'{100 * report.identified.noise_floor["overall"]:.2f} %, shift '
-                            f'{1e3 * report.identified.shift_s:+.1f} ms; {path}')
+                            f'{1e3 * report.identified.shift_s:+.1f} ms; '
+                            + (f'held-out last {100 * self.holdout:.0f} % of ' if self.holdout
+                               > 0 else 'the whole of ') + path)
         self.get_logger().info(response.message)
         return response
 
@@ -376,6 +390,8 @@ class SimBridge(Node):
         if rec is None:
             response.success, response.message = False, why
             return response
+        if self.holdout > 0:
+            rec, _ = split(rec, self.holdout)   # the held-out part stays unseen by the fit
         joints = moving_joints(rec, self.session.names)
         if not joints:
             response.success = False
