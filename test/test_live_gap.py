@@ -240,6 +240,27 @@ def test_shadow_names_the_joint_whose_friction_changed_after_persist_windows(arm
     assert scored[1]['status'] == 'ERROR' and scored[1]['worst_joint'] == 'elbow_pitch'
     assert scored[1]['joints']['elbow_pitch']['status'] == 'ERROR'
     assert scored[1]['joints']['elbow_pitch']['gap_over_floor'] > 10
+    sg = shadow_of(arm3, None)                      # the default: 4 windows
+    scored = [d for d in stream(sg, deploy(arm3, 7, friction=(2, 3.0)))
+              if d['status'] != 'unknown']
+    assert [d['status'] for d in scored[:4]] == ['WARN'] * 3 + ['ERROR']
+
+
+def test_a_hole_in_the_data_is_not_scored(arm3):
+    sg = shadow_of(arm3, None)
+    rec = deploy(arm3, 7, seconds=3.0)
+    keep = (rec.t < 1.0) | (rec.t > 1.08)           # 80 ms without joint_states (a stall)
+    docs, ci = [], 0
+    for k, t in enumerate(rec.t):
+        while ci < len(rec.cmd_t) and rec.cmd_t[ci] <= t:
+            sg.add_command(rec.cmd_t[ci], rec.names, rec.cmd_position[ci],
+                           rec.cmd_velocity[ci], rec.cmd_effort[ci])
+            ci += 1
+        if keep[k]:
+            sg.add_state(t, rec.names, rec.position[k], rec.velocity[k])
+        if k == len(rec.t) // 2 + 100:
+            docs.append(sg.evaluate())
+    assert docs[0]['status'] == 'unknown' and 'ms hole in joint_states' in docs[0]['reason']
 
 
 def test_shadow_without_commands_or_model_is_unknown_never_ok(arm3):

@@ -161,9 +161,13 @@ class SimBridge(Node):
                                 'which (in shadow.persist_windows windows in a row) it is ERROR, '
                                 'in units of the offline noise floor', low=1.0, high=1e6,
                                 read_only=True),
-            persist_windows=declare(self, 'shadow.persist_windows', 2, 'consecutive windows '
-                                    'above shadow.error_ratio before ERROR', low=1, high=100,
-                                    read_only=True),
+            persist_windows=declare(self, 'shadow.persist_windows', 4, 'consecutive windows '
+                                    'above shadow.error_ratio before ERROR (they overlap: '
+                                    'more than window_s / period_s, so one glitch is not '
+                                    'drift)', low=1, high=100, read_only=True),
+            max_gap_s=declare(self, 'shadow.max_gap_s', 0.05, 'a window with a longer hole in '
+                              'joint_states (twice as long in hardware/command) is not scored '
+                              '(unknown) (s)', low=0.001, high=10.0, read_only=True),
             max_shift_s=declare(self, 'shadow.max_shift_s', 0.02, 'live gap: alignment search '
                                 'range, +- s', low=0.0, high=1.0, read_only=True))
         enabled = declare(self, 'shadow.enabled', True, 'replay the supervisor output '

@@ -16,8 +16,11 @@ as a plain NRMSE does. Before an offline floor exists the noise is estimated on 
 (the same estimator; `floor_source: live`).
 
 Status per joint: OK, WARN above `warn_ratio`, ERROR once above `error_ratio` in
-`persist_windows` consecutive windows (one noisy window is not drift). `unknown` when there is
-no model value (too little data, no commands, a replay that diverged): never a pass.
+`persist_windows` consecutive windows (one noisy window is not drift; windows overlap, so the
+default 4 windows 0.5 s apart need the gap over 3 s of data, longer than any one window: a
+single glitch cannot make an ERROR). `unknown` when there is no model value (too little data,
+no commands, a hole in the data longer than `max_gap_s`, a replay that diverged): never a
+pass.
 """
 from collections import deque
 from dataclasses import dataclass
@@ -41,14 +44,16 @@ class ShadowConfig:
     window_s: float = 1.5
     warn_ratio: float = 2.0
     error_ratio: float = 3.0
-    persist_windows: int = 2
+    persist_windows: int = 4
     max_shift_s: float = 0.02
+    max_gap_s: float = 0.05    # a window with a longer hole in joint_states is not scored
 
     def validate(self, source='sim_bridge.shadow'):
         checks = ((self.window_s, 'window_s', 0.2, 30.0), (self.warn_ratio, 'warn_ratio', 1.0,
                                                            1e6),
                   (self.error_ratio, 'error_ratio', 1.0, 1e6),
-                  (self.max_shift_s, 'max_shift_s', 0.0, 1.0))
+                  (self.max_shift_s, 'max_shift_s', 0.0, 1.0),
+                  (self.max_gap_s, 'max_gap_s', 0.001, 10.0))
         for value, name, lo, hi in checks:
             if not (math.isfinite(value) and lo <= value <= hi):
                 raise ConfigError(f'{source}.{name} must be in [{lo}, {hi}], got {value}')
@@ -164,6 +169,13 @@ class ShadowGap:
             return None, 'not every joint has been commanded yet'
         t0 = rows[0][0]
         t = np.array([r[0] for r in rows]) - t0
+        holes = np.diff(np.concatenate([t, [t_end - t0]]))
+        cmd_holes = np.diff([max(c[0], t_start) for c in cmds] + [t_end])
+        if holes.max(initial=0.0) > self.cfg.max_gap_s or \
+                cmd_holes.max(initial=0.0) > 2 * self.cfg.max_gap_s:
+            worst = max(holes.max(initial=0.0), cmd_holes.max(initial=0.0))
+            return None, (f'a {1e3 * worst:.0f} ms hole in joint_states or hardware/command '
+                          f'within the window (max_gap_s {self.cfg.max_gap_s:g}): not scored')
         q = np.array([r[1] for r in rows])
         dq = np.array([r[2] for r in rows])
         ct = np.maximum(np.array([c[0] for c in cmds]) - t0, -1.0)
