@@ -288,3 +288,10 @@ def test_shadow_rejects_bad_input_naming_it(arm3):
         sg.set_floor([1e-4] * 3, [1e-3, math.nan, 1e-3])
     with pytest.raises(ConfigError, match='sim_bridge.shadow.error_ratio'):
         ShadowConfig(warn_ratio=3.0, error_ratio=2.0).validate()
+
+
+def test_an_error_holds_until_the_gap_is_back_below_warn_for_persist_windows(arm3):
+    sg = shadow_of(arm3, None)                     # warn 3, error 5, 4 windows
+    ratios = [9, 9, 9, 9, 4, 9, 2, 2, 2, 4, 2, 2, 2, 2, 4]
+    got = [sg.level(2, r) for r in ratios]
+    assert got == ['WARN'] * 3 + ['ERROR'] * 10 + ['OK', 'WARN']

@@ -181,6 +181,7 @@ class SimBridge(Node):
         if not enabled:
             return
         self.shadow = ShadowGap(self.session.replayer, cfg.validate('sim_bridge.shadow'))
+        self._sim_time = bool(self.get_parameter('use_sim_time').value)
         self._shadow_params_version = None
         self._params_version = 0
         self.offline = None
@@ -196,13 +197,18 @@ class SimBridge(Node):
         self.create_timer(period, self._shadow_tick,
                           callback_group=MutuallyExclusiveCallbackGroup())
 
-    def _shadow_state(self, msg):
+    def _shadow_state(self, msg, _info):
         self.shadow.add_state(stamp_to_sec(msg.header.stamp), msg.name, msg.position,
                               msg.velocity)
 
-    def _shadow_command(self, msg):
-        self.shadow.add_command(stamp_to_sec(msg.header.stamp), msg.name, msg.position,
-                                msg.velocity, msg.effort)
+    def _shadow_command(self, msg, info):
+        # When the supervisor sent it, not its header stamp: the supervisor keeps the source
+        # command's stamp on every tick it re-sends (rate-limited targets move between
+        # ticks under one stamp), and the robot obeys each one as it arrives. On simulated
+        # time the send time is on another clock: the stamp, then.
+        sent = info.get('source_timestamp') if isinstance(info, dict) else None
+        t = (sent * 1e-9 if sent and not self._sim_time else stamp_to_sec(msg.header.stamp))
+        self.shadow.add_command(t, msg.name, msg.position, msg.velocity, msg.effort)
 
     def identified(self, params):
         """The model differs from the nominal MJCF: SysID results (or a robot file) set it."""
@@ -213,8 +219,8 @@ class SimBridge(Node):
 
     def _shadow_tick(self):
         for sub, take in self._shadow_subs:
-            for msg in sub.take_all():
-                take(msg)
+            for msg, info in sub.take_all_with_info():
+                take(msg, info)
         if self._shadow_params_version != self._params_version:
             params = self._current()
             self.shadow.set_params(params, self.identified(params))

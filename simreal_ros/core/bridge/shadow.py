@@ -18,7 +18,9 @@ as a plain NRMSE does. Before an offline floor exists the noise is estimated on 
 Status per joint: OK, WARN above `warn_ratio`, ERROR once above `error_ratio` in
 `persist_windows` consecutive windows (one noisy window is not drift; windows overlap, so the
 default 4 windows 0.5 s apart need the gap over 3 s of data, longer than any one window: a
-single glitch cannot make an ERROR). `unknown` when there is no model value (too little data,
+single glitch cannot make an ERROR). An ERROR holds until the joint's gap has been at most
+`warn_ratio` in `persist_windows` windows in a row (hysteresis: drift does not flicker back
+to WARN on one better window). `unknown` when there is no model value (too little data,
 no commands, a hole in the data longer than `max_gap_s`, a replay that diverged): never a
 pass.
 """
@@ -88,6 +90,8 @@ class ShadowGap:
         self.floor_source = 'none'
         self._live_sigma = []
         self.over = np.zeros(n, dtype=int)   # consecutive windows above error_ratio
+        self.under = np.zeros(n, dtype=int)  # consecutive windows at most warn_ratio
+        self.error = np.zeros(n, dtype=bool)  # latched ERROR per joint (hysteresis)
         self.windows = 0
         self.cpu_s = 0.0
         self.rejected = 0
@@ -99,7 +103,12 @@ class ShadowGap:
         self.params = params.copy()
         self.model = self.replayer.model(self.params)
         self.identified = bool(identified)
+        self._clear()
+
+    def _clear(self):
         self.over[:] = 0
+        self.under[:] = 0
+        self.error[:] = False
 
     def set_floor(self, position_std, velocity_std, source='offline'):
         """The sensor noise std per joint (rad, rad/s) measured offline on a recording."""
@@ -197,7 +206,7 @@ class ShadowGap:
         return doc
 
     def _unknown(self, now, why):
-        self.over[:] = 0
+        self.over[:] = 0   # an ERROR holds through unknown windows; a new one starts afresh
         return {'stamp': now, 'status': UNKNOWN, 'reason': why, 'identified': self.identified,
                 'joints': {n: {'status': UNKNOWN} for n in self.names},
                 'floor_source': self.floor_source, 'worst_joint': None}
@@ -230,13 +239,7 @@ class ShadowGap:
                'floor_source': source, 'shift_s': result.shift_s, 'joints': {}}
         for i, name in enumerate(self.names):
             r = float(ratio[i])
-            self.over[i] = self.over[i] + 1 if r > self.cfg.error_ratio else 0
-            if self.over[i] >= self.cfg.persist_windows:
-                level = 'ERROR'
-            elif r > self.cfg.warn_ratio:
-                level = 'WARN'
-            else:
-                level = 'OK'
+            level = self.level(i, r)
             doc['joints'][name] = {
                 'status': level, 'gap_over_floor': r,
                 'motion_rad_s': float(np.std(rec.velocity[:, i])),
@@ -254,6 +257,18 @@ class ShadowGap:
                          f'(WARN > {self.cfg.warn_ratio:g}, ERROR > {self.cfg.error_ratio:g} in '
                          f'{self.cfg.persist_windows} windows)')
         return doc
+
+    def level(self, i, ratio):
+        """Joint i's status after one more window scored `ratio` (persistence, hysteresis)."""
+        self.over[i] = self.over[i] + 1 if ratio > self.cfg.error_ratio else 0
+        self.under[i] = self.under[i] + 1 if ratio <= self.cfg.warn_ratio else 0
+        if self.over[i] >= self.cfg.persist_windows:
+            self.error[i] = True
+        elif self.under[i] >= self.cfg.persist_windows:
+            self.error[i] = False
+        if self.error[i]:
+            return 'ERROR'
+        return 'WARN' if ratio > self.cfg.warn_ratio else 'OK'
 
     def _sigma(self, rec):
         if self.sigma is not None:
