@@ -43,6 +43,14 @@ Before the first `joint_states` arrives the node publishes nothing on `hardware/
 so in `safety/state` (`output: waiting`). An e-stop is applied in the service call itself and on
 every following tick. Switching between policy and sysid needs the e-stop latched (a safe state):
 estop, select, reset. Parameters are read-only: restart the node to change them.
+
+Live reality gap (simreal_ros.core.safety.live_gap): subscribes `live_gap.topic`
+(`sim_bridge/live_gap`). With `live_gap.require: auto` (default) the gate is on from the first
+message saying the model is identified; then `advance_stage` (and `auto_advance`) is refused
+while the live gap is unknown, older than `live_gap.max_age_s`, ERROR (the joint and its gap
+named) or the offline evaluation failed; ERROR for `live_gap.drift_s` triggers
+`live_gap.drift_action` (hold, demote or estop). A robot without an identified model (no
+sim_bridge, as the G1) is never gated. safety/state reports it under `live_gap`.
 """
 import json
 import os

@@ -29,6 +29,23 @@ Gauss-Newton), starting from the current values. On success the refined values a
 intervals become this node's parameters and the result is published latched on `~/refined`;
 a failure is published there too and changes nothing. The intervals assume independent
 residuals, so they are optimistic on data with correlated errors.
+
+Held-out by default: `~/evaluate_gap` scores the last `holdout` (0.3) of the recording and
+`~/refine` fits only the rest (`holdout: 0` scores the whole recording, as before). The SysID
+nodes fit each experiment's own recording, so for their estimates the newest SysID recording is
+not unseen data: a session recording of the deployment is (`simreal up --record`).
+
+The shadow (`shadow.enabled`, default true; simreal_ros.core.bridge.shadow): every
+`shadow.period_s` the newest `shadow.window_s` of `hardware/command` (timed by when the
+supervisor sent it) and `joint_states` is replayed from the measured state through the current
+model and scored per joint over the noise floor of the last evaluated recording (before one, the
+noise estimated live). Published on `~/live_gap` (latched JSON: `status`, `joints.<joint>.
+gap_over_floor`, `identified` = the parameters differ from the nominal MJCF, `offline` = the
+last evaluation's verdict) and on /diagnostics (`sim_bridge: live gap <joint>`: OK / WARN /
+ERROR, STALE when unknown). The safety supervisor gates promotion on it (live_gap.*).
+
+    ros2 topic echo /sim_bridge/live_gap --qos-durability transient_local
+    simreal gap --live
 """
 import json
 import math

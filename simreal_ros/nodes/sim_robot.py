@@ -33,6 +33,13 @@ the simulated wireless remote's buttons, to rehearse a remote e-stop.
 A floating-base robot can hang in a gantry (`gantry: true`): the base is held where it is and
 the legs move freely, as a humanoid hangs from its hoist for the bring-up; `sim/gantry`
 (std_msgs/Bool) false lowers it, true hangs it again.
+
+Rehearsal only: with `test.plant_change_enabled: true` (default false) the parameter
+`test.plant_change` (JSON `{joint: {coulomb_friction|viscous_damping|armature: factor}}`,
+relative to the plant section; '{}' restores it) changes the true plant while it runs, as a
+motor heats or a gearbox wears, to rehearse the live reality gap. No hardware driver has it.
+
+    ros2 param set /sim_robot test.plant_change '{"elbow_pitch": {"coulomb_friction": 3.0}}'
 """
 import json
 import threading

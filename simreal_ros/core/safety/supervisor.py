@@ -59,6 +59,10 @@ in `header.frame_id`; the first sender holds the grant until its commands have b
 `sysid_release_s` or the mode goes back to `policy`, and commands of any other sender are
 rejected (counted as `foreign_sysid`, never forwarded, not an e-stop: another node's mistake is
 not the running experiment's fault).
+
+The live reality gap (simreal_ros.core.safety.live_gap, fed by `on_live_gap`) is one more
+condition of a promotion, requested or automatic, and its sustained drift one more cause of a
+demotion or an e-stop (`live_gap_drift_action`); it never raises a stage.
 """
 from dataclasses import dataclass, field
 import math
