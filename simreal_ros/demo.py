@@ -303,7 +303,7 @@ class Demo:
         if not resp.success:
             raise RuntimeError(resp.message)
         scales = self.state()['stage']['stages']
-        reached, trips = [], 0
+        reached, trips, refused = [], 0, ''
         deadline = time.monotonic() + 30 + 10 * len(scales) * DEMO_DWELL_S
         while time.monotonic() < deadline:
             s = self.state()
@@ -320,13 +320,15 @@ class Demo:
                 if resp.success:
                     reached.append(self.state()['stage']['stage'])
                     self.say(f'    stage {reached[-1]:.2f}: {resp.message}')
-                continue
+                    continue
+                refused = resp.message   # e.g. the live reality gap not fresh yet
             time.sleep(0.1)   # the dwell runs on the supervisor's clock
         final = self.state()
         self.facts['stages'] = final['stage']
         if final['stage']['stage_index'] != len(scales) - 1:
             raise RuntimeError(f'reached stage {final["stage"]["stage"]} of {scales[-1]} '
-                               f'({final.get("estop_cause") or final.get("safe_reason")})')
+                               f'({final.get("estop_cause") or final.get("safe_reason")}'
+                               + (f'; last refusal: {refused}' if refused else '') + ')')
         return (f'stages {" -> ".join(f"{x:.2f}" for x in [scales[0]] + reached)} with '
                 f'{DEMO_DWELL_S:g} s dwell; clipped outputs {final["clipped_outputs"]}, '
                 f'unplanned e-stops {trips}')
