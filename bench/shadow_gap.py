@@ -7,9 +7,12 @@ within seconds after it changes, and no promotion while the simulator no longer 
 
 Separate processes in real time over DDS: sim_robot (test.plant_change_enabled), safety_supervisor,
 the three SysID nodes and sim_bridge (its shadow on). Steps:
-1. SysID of every joint through the supervisor (as `simreal sysid all`), the results pushed to
-   sim_bridge, `sim_bridge/evaluate_gap` (held-out part of the newest SysID recording: the
-   offline noise floor the live gap is measured against).
+1. SysID of every joint through the supervisor (as `simreal sysid all`; `--sysid core`, or
+   after 6 load-aborted attempts of one node: the same estimators on a SimPlant of the robot
+   file's true plant, without ROS, reported in `sysid_path`), the results pushed to sim_bridge,
+   `sim_bridge/evaluate_gap` (held-out part of the newest recording: the offline noise floor
+   the live gap is measured against). `--watchdog-s 0.5` lengthens the joint_states timeouts
+   on a machine shared with other jobs (reported).
 2. Deployment: bring-up to the default pose, then this bench plays the policy on
    `policy/command` at 100 Hz: a smooth multi-sine around the default pose on every joint
    (the arm3 stand-in ONNX policy barely moves the arm, and a joint that does not move tells
@@ -48,16 +51,59 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
+def core_sysid(out_dir):
+    """SysID without ROS: the same estimators on a SimPlant with the robot file's true plant
+    (simreal_ros.core.sysid.runner), and a recording of it for evaluate_gap. Returns the
+    sim_bridge parameters (as client.sysid.bridge_parameters would give them)."""
+    from simreal_ros.core.bridge import JointParams
+    from simreal_ros.core.bridge.excite import multisine_run, record_run
+    from simreal_ros.core.bridge.recording import write_mcap
+    from simreal_ros.core.config import load_node_params, robot_config_path
+    from simreal_ros.core.plant import PlantTruth, SimPlant
+    from simreal_ros.core.sysid import KINDS, NominalModel
+    from simreal_ros.core.sysid.design import load_settings
+    from simreal_ros.core.sysid.runner import identify_joint
+    config = robot_config_path('arm3')
+    sim = load_node_params(config, 'sim_robot')
+    names = list(sim['joint_names'])
+    truth = PlantTruth.from_file(config, len(names))
+    model = str(load_node_params(config, 'sim_bridge').get('model_path'))
+    from simreal_ros.core.config import resolve_path
+    model = str(resolve_path(model, 'sim_bridge.model_path'))
+    nominal = NominalModel(model, names)
+    plant = SimPlant(model, names, 0.001, sim['kp'], sim['kd'], truth=truth, seed=11)
+    settings = {k: load_settings(config, k) for k in KINDS}
+    fits = {j: identify_joint(plant, settings, nominal, j).fits for j in names}
+    params = JointParams.from_sysid(names, fits)
+    rec = record_run(plant, multisine_run(names, 0.0, [0.3, 0.25, 0.3], (0.3, 2.5), 20.0,
+                                          nominal=nominal, seed=5))
+    os.makedirs(out_dir, exist_ok=True)
+    write_mcap(os.path.join(out_dir, 'core_run.mcap'), rec)
+    values = {}
+    for key in ('damping', 'frictionloss', 'armature'):
+        for i, j in enumerate(names):
+            values[f'joints.{j}.{key}'] = float(getattr(params, key)[i])
+    values['latency_s'] = float(params.latency_s)
+    return values
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--nominal-s', type=float, default=300.0)
     ap.add_argument('--change', default='{"elbow_pitch": {"coulomb_friction": 3.0}}',
                     help='test.plant_change JSON applied after the nominal phase')
-    ap.add_argument('--amplitude', type=float, default=0.25, help='policy motion peak (rad)')
+    ap.add_argument('--amplitude', type=float, default=0.2, help='policy motion peak (rad) at stage 0.50')
     ap.add_argument('--after-s', type=float, default=15.0, help='observed after the change (s)')
     ap.add_argument('--rtf', type=float, default=1.0, help='real-time factor: below 1 every '
                     'node runs on /clock (sim_robot) at that speed, for a loaded machine; the '
                     'nominal duration and the CPU are then per simulated second')
+    ap.add_argument('--watchdog-s', type=float, default=None, help='joint_states timeout of '
+                    'the supervisor (and SysID nodes: twice it); default the robot file\'s. A '
+                    'machine shared with other jobs stalls sim_robot past 0.2 s now and then')
+    ap.add_argument('--sysid', choices=('ros', 'core'), default='ros', help='ros: the SysID '
+                    'nodes through the supervisor (falls back to core when a loaded machine '
+                    'aborts them 6 times, reported); core: the same estimators on a SimPlant '
+                    'of the true plant, without ROS')
     ap.add_argument('--out', default='')
     args = ap.parse_args()
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
@@ -73,16 +119,21 @@ def main():
     from simreal_ros.client.processes import start_graph, stop_graph
     from simreal_ros.client.ros import Ros, go_default, safety_state
     from simreal_ros.graph import build_graph
-    from simreal_ros.nodes.common import COMMAND_QOS, LATCHED_QOS
+    from simreal_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS
 
     change = json.loads(args.change)
     changed_joint = next(iter(change))
     out = Path(args.out or tempfile.mkdtemp(prefix='shadow_gap_'))
     over = {n: {'results_dir': str(out / 'sysid')} for n in NODES}
+    if args.watchdog_s:
+        for n in NODES:
+            over[n]['joint_states_timeout_s'] = 2 * args.watchdog_s
     over['sim_robot'] = {'test.plant_change_enabled': True, 'real_time_factor': args.rtf}
     over['sim_bridge'] = {'recordings_dir': str(out / 'sysid'), 'export_dir': str(out / 'export')}
     over['safety_supervisor'] = {'stage_file': str(out / 'stages.json'), 'resume_stage': False,
                                  'stage_dwell_s': [2.0]}
+    if args.watchdog_s:
+        over['safety_supervisor']['joint_states_timeout_s'] = args.watchdog_s
     graph = build_graph('arm3', sysid=True, overrides=over, use_sim_time=args.rtf != 1.0)
     only = ['sim_robot', 'safety_supervisor', 'sim_bridge'] + list(NODES)
     procs = start_graph(graph, log_dir=out / 'logs', quiet=True, only=only)
@@ -108,23 +159,56 @@ def main():
     ros.node.create_subscription(String, 'sim_bridge/live_gap', on_live, LATCHED_QOS)
     ros.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)
     summary = {'robot': 'arm3', 'results': str(out), 'change': change,
+               'watchdog_s': args.watchdog_s,
                'changed_joint': changed_joint}
-    policy = {'on': False, 'centre': None, 't0': None}
+    # The motion grows with the stage (amplitude x stage / 0.5, eased), so its speed stays
+    # inside each stage's limits: a clipped command is a fault that resets the clean dwell.
+    policy = {'on': False, 'centre': None, 't0': None, 'hold': None, 'amp': 0.0, 'scale': 0.1}
     pub = ros.node.create_publisher(JointState, 'policy/command', COMMAND_QOS)
     freqs = [(0.23, 0.41, 0.67), (0.19, 0.37, 0.71), (0.29, 0.53, 0.83)]
 
     def play():
+        if policy['hold'] is not None:
+            msg = JointState(name=names, position=list(policy['hold']))
+            msg.header.stamp = ros.node.get_clock().now().to_msg()
+            pub.publish(msg)
+            return
         if not policy['on']:
             return
         t = robot_now() - policy['t0']
-        ramp = min(1.0, t / 3.0)
-        pos = [policy['centre'][j] + ramp * args.amplitude / 3 * sum(
+        target = args.amplitude * min(1.0, policy['scale'] / 0.5)
+        policy['amp'] += max(-0.001, min(0.001, target - policy['amp']))   # 0.1 rad/s
+        ramp = policy['amp']
+        pos = [policy['centre'][j] + ramp / 3 * sum(
             math.sin(2 * math.pi * f * t + j + k) for k, f in enumerate(freqs[j]))
             for j in range(3)]
         msg = JointState(name=names, position=pos)
         msg.header.stamp = ros.node.get_clock().now().to_msg()
         pub.publish(msg)
     ros.node.create_timer(0.01, play)
+
+    def measured():
+        js = ros.latest(JointState, 'joint_states', SENSOR_SUB_QOS, 5.0, 'joint_states')
+        lookup = dict(zip(js.name, js.position))
+        return [lookup[n] for n in names]
+
+    recoveries = []
+
+    def recover():
+        """A load e-stop (a stalled process on a shared machine): hold the measured pose,
+        reset, then move again from there. Counted, and reported."""
+        state = safety_state(ros)
+        if not state.get('estop'):
+            return False
+        recoveries.append(state.get('estop_cause'))
+        policy['hold'] = measured()
+        ok, message = sysid_client.reset_until(ros, timeout=30)
+        policy['centre'] = measured()
+        policy['hold'] = None
+        policy['scale'] = safety_state(ros)['stage']['stage']   # an e-stop demotes
+        policy['amp'] = 0.0
+        policy['t0'] = robot_now()
+        return ok
 
     def wait(cond, timeout, what):
         deadline = time.monotonic() + timeout
@@ -141,21 +225,28 @@ def main():
         t0 = time.monotonic()
         results = []
         summary['sysid_retries'] = []
-        for node in NODES:
-            for attempt in range(4):
-                if safety_state(ros).get('estop'):
-                    sysid_client.reset_until(ros)   # an e-stop of a previous attempt (load)
-                result = sysid_client.run(ros, node, timeout=900)
-                if result.get('results') and not result.get('failures'):
+        summary['sysid_path'] = args.sysid
+        values = None
+        if args.sysid == 'ros':
+            for node in NODES:
+                for attempt in range(6):
+                    # An e-stop of a previous attempt (load): reset once the joints are still.
+                    sysid_client.select_source(ros, 'sysid')
+                    sysid_client.reset_until(ros, timeout=30)
+                    result = sysid_client.run(ros, node, timeout=900)
+                    if result.get('results') and not result.get('failures'):
+                        break
+                    summary['sysid_retries'].append(f'{node}: {result.get("message")}')
+                    print(f'{node} attempt {attempt + 1}: {result.get("message")}', flush=True)
+                else:
+                    summary['sysid_path'] = (f'core: the ROS SysID of {node} was aborted 6 '
+                                             'times by load (see sysid_retries)')
                     break
-                # A loaded machine can stall sim_robot past the joint_states timeout: the
-                # supervisor e-stops and the experiment aborts. Reset and run it again.
-                summary['sysid_retries'].append(f'{node}: {result.get("message")}')
-                print(f'{node} attempt {attempt + 1}: {result.get("message")}', flush=True)
+                results.append(result)
             else:
-                raise SystemExit(f'{node}: {result.get("message")}')
-            results.append(result)
-        values = sysid_client.bridge_parameters(results)
+                values = sysid_client.bridge_parameters(results)
+        if values is None:
+            values = core_sysid(str(out / 'sysid'))
         done, refused = sysid_client.push_to_bridge(ros, values)
         if refused:
             raise SystemExit(f'sim_bridge refused {refused}')
@@ -177,7 +268,7 @@ def main():
         if not ok:
             raise SystemExit(f'go_default: {message}')
         state = safety_state(ros)
-        js = ros.latest(JointState, 'joint_states', 10, 5.0, 'joint_states')
+        js = ros.latest(JointState, 'joint_states', SENSOR_SUB_QOS, 5.0, 'joint_states')
         lookup = dict(zip(js.name, js.position))
         policy['centre'] = [lookup[n] for n in names]
         policy['t0'] = robot_now()
@@ -186,7 +277,9 @@ def main():
         wait(lambda: safety_state(ros).get('output') == 'forwarding', 30, 'forwarding')
         promotions = []
         while safety_state(ros)['stage']['stage'] < 0.5 - 1e-9:
+            recover()
             state = safety_state(ros)
+            policy['scale'] = state['stage']['stage']
             if state['stage']['clean_for_s'] >= state['stage']['dwell_needed_s']:
                 resp = ros.trigger('safety/advance_stage', 'safety_supervisor')
                 promotions.append(resp.message)
@@ -194,6 +287,7 @@ def main():
                 raise SystemExit(f'no promotion to 0.50 within 120 s: {promotions[-3:]}; '
                                  f'{safety_state(ros).get("live_gap")}')
             time.sleep(0.5)   # polling the latched state
+        policy['scale'] = safety_state(ros)['stage']['stage']
         summary['promotions'] = [p for p in promotions if '->' in p]
         summary['refusals_while_promoting'] = [p for p in promotions if '->' not in p][:5]
         # 3. Nominal phase.
@@ -201,7 +295,8 @@ def main():
         t_nom = time.monotonic()
         robot0 = ros.node.get_clock().now().nanoseconds * 1e-9
         cpu0 = cpu_seconds(pid['sim_bridge'])
-        wait(lambda: ros.node.get_clock().now().nanoseconds * 1e-9 - robot0 >= args.nominal_s,
+        wait(lambda: recover() and False or
+             ros.node.get_clock().now().nanoseconds * 1e-9 - robot0 >= args.nominal_s,
              args.nominal_s / args.rtf + 120, 'the nominal phase')
         t_end = time.monotonic()
         robot_s = ros.node.get_clock().now().nanoseconds * 1e-9 - robot0
@@ -236,6 +331,7 @@ def main():
         summary['load_average'] = os.getloadavg()
         summary['stage_nominal'] = [state0['stage']['stage'], state1['stage']['stage']]
         summary['estops_nominal'] = state1['estops'] - state0['estops']
+        summary['load_estops_recovered'] = list(recoveries)
         # 4. The plant changes.
         param = Parameter(name='test.plant_change', value=ParameterValue(
             type=ParameterType.PARAMETER_STRING, string_value=args.change))
@@ -259,6 +355,7 @@ def main():
         summary['detected_joint'] = first_error['worst_joint'] if first_error else None
         summary['detected_gap_over_floor'] = (round(first_error['gap_over_floor'], 2)
                                               if first_error else None)
+        recover()
         resp = ros.trigger('safety/advance_stage', 'safety_supervisor')
         summary['promotion_blocked'] = bool(not resp.success and 'live gap' in resp.message)
         summary['advance_stage_answer'] = resp.message
