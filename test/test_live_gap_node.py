@@ -48,7 +48,7 @@ def change(text):
 class Moving:
     """The probe plays a policy that moves every joint (a multi-sine around the held pose)."""
 
-    def __init__(self, rig, amplitude=0.15):
+    def __init__(self, rig, amplitude=0.06):   # within stage 0.10 (0.3 rad/s): no clip
         self.rig, self.amplitude = rig, amplitude
         self.centre = list(rig.probe.target)
         self.t0 = time.monotonic()

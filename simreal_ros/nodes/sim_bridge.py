@@ -35,7 +35,8 @@ Held-out by default: `~/evaluate_gap` scores the last `holdout` (0.3) of the rec
 nodes fit each experiment's own recording, so for their estimates the newest SysID recording is
 not unseen data: a session recording of the deployment is (`simreal up --record`).
 
-The shadow (`shadow.enabled`, default true; simreal_ros.core.bridge.shadow): every
+The shadow (`shadow.enabled`, default true; simreal_ros.core.bridge.shadow), once the model is
+identified (before, no inputs are taken and `unknown` is published): every
 `shadow.period_s` the newest `shadow.window_s` of `hardware/command` (timed by when the
 supervisor sent it) and `joint_states` is replayed from the measured state through the current
 model and scored per joint over the noise floor of the last evaluated recording (before one, the
@@ -203,14 +204,8 @@ class SimBridge(Node):
         self._params_version = 0
         self.offline = None
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        deep = int(period * 500 * 4) + 100
-        self._shadow_subs = [
-            (PolledSubscription(self, JointState, 'joint_states', QoSProfile(
-                history=HistoryPolicy.KEEP_LAST, depth=deep,
-                reliability=ReliabilityPolicy.BEST_EFFORT)), self._shadow_state),
-            (PolledSubscription(self, JointState, 'hardware/command', QoSProfile(
-                history=HistoryPolicy.KEEP_LAST, depth=deep,
-                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command)]
+        self._deep = int(period * 500 * 4) + 100
+        self._shadow_subs = None   # made once the model is identified (see _shadow_tick)
         self.create_timer(period, self._shadow_tick,
                           callback_group=MutuallyExclusiveCallbackGroup())
 
@@ -234,15 +229,35 @@ class SimBridge(Node):
                                       np.asarray(getattr(nominal, k))) > 1e-12)
                         for k in JOINT_KEYS) or abs(params.latency_s - nominal.latency_s) > 1e-12)
 
+    def _subscribe_shadow(self):
+        deep = self._deep
+        self._shadow_subs = [
+            (PolledSubscription(self, JointState, 'joint_states', QoSProfile(
+                history=HistoryPolicy.KEEP_LAST, depth=deep,
+                reliability=ReliabilityPolicy.BEST_EFFORT)), self._shadow_state),
+            (PolledSubscription(self, JointState, 'hardware/command', QoSProfile(
+                history=HistoryPolicy.KEEP_LAST, depth=deep,
+                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command)]
+
     def _shadow_tick(self):
-        for sub, take in self._shadow_subs:
-            for msg, info in sub.take_all_with_info():
-                take(msg, info)
+        now = self.get_clock().now().nanoseconds * 1e-9
         if self._shadow_params_version != self._params_version:
             params = self._current()
             self.shadow.set_params(params, self.identified(params))
             self._shadow_params_version = self._params_version
-        doc = self.shadow.evaluate(self.get_clock().now().nanoseconds * 1e-9)
+        if not self.shadow.identified and self._shadow_subs is None:
+            # Nothing identified yet (the gate is off): no 500 Hz inputs, no replay, so a SysID
+            # run on a small computer does not share it with the shadow.
+            doc = self.shadow._unknown(now, 'model not identified: no SysID results pushed '
+                                            'to sim_bridge yet (the live gap starts with them)')
+            self.pub_live.publish(String(data=json.dumps(doc)))
+            return
+        if self._shadow_subs is None:
+            self._subscribe_shadow()
+        for sub, take in self._shadow_subs:
+            for msg, info in sub.take_all_with_info():
+                take(msg, info)
+        doc = self.shadow.evaluate(now)
         if self.offline is not None:
             doc['offline'] = self.offline
         doc['cpu_s'] = round(self.shadow.cpu_s, 3)
