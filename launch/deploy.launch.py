@@ -3,7 +3,7 @@
     ros2 launch simreal_ros deploy.launch.py                        # arm3 in simulation
     ros2 launch simreal_ros deploy.launch.py robot:=g1_12dof
     ros2 launch simreal_ros deploy.launch.py robot:=/path/my_robot.yaml use_sim:=false
-    ros2 launch simreal_ros deploy.launch.py sysid:=true            # + SysID nodes, sim_bridge
+    ros2 launch simreal_ros deploy.launch.py sysid:=true            # + SysID nodes, sim_bridge (live gap)
     ros2 launch simreal_ros deploy.launch.py policy:=/path/policy.onnx namespace:=left_arm
     ros2 launch simreal_ros deploy.launch.py rviz:=true urdf:=/path/my_robot.urdf
     ros2 launch simreal_ros deploy.launch.py rviz:=true namespace:=left   # any namespace
@@ -33,7 +33,9 @@ ARGUMENTS = (
     ('use_sim', 'true', 'start sim_robot (the embedded MuJoCo robot); false on hardware'),
     ('driver', '', "'unitree': start unitree_bridge (rt/lowcmd, rt/lowstate); with use_sim, "
                    'sim_robot plays the Unitree robot over loopback'),
-    ('sysid', 'false', 'start friction_id, inertia_id, latency_id and sim_bridge'),
+    ('sysid', 'false', 'start friction_id, inertia_id, latency_id and sim_bridge (the '
+                       'identified model and its shadow: the live reality gap that gates '
+                       'promotion)'),
     ('use_sim_time', 'false', 'all nodes on /clock (sim_robot publishes it)'),
     ('namespace', '', 'namespace of every node (several robots on one DDS domain)'),
     ('rviz', 'false', 'start status_markers and rviz2 (config/monitor.rviz, its topics in the '

@@ -8,7 +8,7 @@
     simreal stage next
     simreal enable | disable           # policy_runner on/off
     simreal sysid friction|inertia|latency|all [--joints a b]
-    simreal gap
+    simreal gap [--live [--seconds N]]  # offline (sim_bridge/evaluate_gap) or the running gap
     simreal refine                     # sim_bridge/refine: all joints together, waits
     simreal export
     simreal monitor [--robot arm3]     # rviz markers on monitor/markers
@@ -204,6 +204,13 @@ def _progress_bar(label, width=30):
 
 def cmd_gap(args, ros):
     from simreal_ros.client import sysid as sysid_client
+    if args.live:
+        from simreal_ros.client.live_gap import follow, format_live_gap
+        worst = 0
+        for doc in follow(ros, args.seconds):
+            print('\n'.join(format_live_gap(doc)), flush=True)
+            worst = max(worst, {'ERROR': 1}.get(doc.get('status'), 0))
+        return worst
     gap = sysid_client.evaluate_gap(ros)
     print('reality gap (sim_bridge, nominal vs identified model):')
     for line in sysid_client.format_gap(gap):
@@ -454,7 +461,11 @@ def build_parser():
     p.add_argument('nodes', nargs='*', help='nodes (default: every simreal_ros node)')
     p.add_argument('--markdown', action='store_true', help='as Markdown tables (docs)')
     p.add_argument('--robot-label', default='arm3', help='column label for the values')
-    sub.add_parser('gap', help='reality gap, nominal vs identified (sim_bridge)')
+    p = sub.add_parser('gap', help='reality gap, nominal vs identified (sim_bridge); --live: '
+                       'the running per-joint gap of the shadow model')
+    p.add_argument('--live', action='store_true', help='follow sim_bridge/live_gap')
+    p.add_argument('--seconds', type=float, default=None, help='with --live: stop after this '
+                   'many s (default: until Ctrl-C)')
     sub.add_parser('export', help='export the identified model (sim_bridge)')
     sub.add_parser('refine', help='refine every joint together on the recording by trajectory '
                    'matching (sim_bridge/refine), and wait for the result')

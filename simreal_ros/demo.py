@@ -390,6 +390,7 @@ class Demo:
         deadline = (time.monotonic() + 120
                     + len(scales) * (DEMO_DWELL_S + 3 * swing_period(swing)))
         window = None     # (stage index, commanded fraction, start): the measured stretch
+        refused = ''      # the supervisor's last refusal of a promotion
         clock = swing.now if swing is not None else time.time
         done = False
         while time.monotonic() < deadline and not done:
@@ -438,6 +439,7 @@ class Demo:
                 break
             resp = self.ros.trigger('safety/advance_stage', 'safety_supervisor')
             self.say(f'    {resp.message}')
+            refused = '' if resp.success else resp.message   # e.g. the live gap not fresh
             window = None
         if swing is not None:    # back to the default pose before the e-stop step
             swing.ramp_to(0.0, rate=max(SwingCommand.RATE, 0.5 * swing.fraction))
@@ -466,7 +468,8 @@ class Demo:
         self.facts['unplanned_estops'] = trips
         if final['stage']['stage_index'] != len(scales) - 1 or not done:
             raise RuntimeError(f'reached stage {final["stage"]["stage"]} of {scales[-1]} '
-                               f'({final.get("estop_cause") or final.get("safe_reason")}); '
+                               f'({final.get("estop_cause") or final.get("safe_reason")}'
+                               + (f'; last refusal: {refused}' if refused else '') + '); '
                                f'amplitudes {self.facts["stage_amplitude_rad"]}')
         detail = (f'stages {" -> ".join(f"{x:.2f}" for x in scales)} with {DEMO_DWELL_S:g} s '
                   f'dwell; unplanned e-stops {len(trips)}')

@@ -10,7 +10,8 @@ Reads `safety/state` (latched JSON) and `joint_states`, and the supervisor's lim
 robot parameter file; publishes a visualization_msgs/MarkerArray on `monitor/markers`: one text
 line with stage and e-stop state, and one bar per joint whose length is the largest fraction
 of a limit in use (position within the soft range, velocity and torque against the stage's
-scaled limits). `limit_usage` is the arithmetic, without ROS.
+scaled limits), and per joint its live reality gap from `sim_bridge/live_gap` (gap over the
+noise floor, coloured by its status). `limit_usage` is the arithmetic, without ROS.
 """
 import ast
 import json
@@ -166,8 +167,12 @@ def _color(marker, fraction):
         marker.color.r, marker.color.g, marker.color.b = 0.9, 0.1, 0.1
 
 
-def markers(state, usage, frame='world', stamp=None):
-    """Return a MarkerArray: a status text and one bar + label per joint."""
+GAP_COLOUR = {'OK': 0.0, 'WARN': 0.8, 'ERROR': 1.0}
+
+
+def markers(state, usage, frame='world', stamp=None, live_gap=None):
+    """Return a MarkerArray: a status text and one bar + label per joint, and with a live-gap
+    document one text per joint: its gap over the noise floor and status."""
     from visualization_msgs.msg import Marker, MarkerArray
     out = MarkerArray()
     text = Marker(ns='simreal', id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD)
@@ -207,6 +212,23 @@ def markers(state, usage, frame='world', stamp=None):
         label.text = f'{name}: ' + ' '.join(f'{k[:3]} {v * 100:.0f}%' for k, v in use.items())
         _color(label, worst)
         out.markers += [bar, label]
+    joints = (live_gap or {}).get('joints') or {}
+    for j, name in enumerate(sorted(joints)):
+        g = joints[name]
+        gap = Marker(ns='simreal_live_gap', id=j, type=Marker.TEXT_VIEW_FACING,
+                     action=Marker.ADD)
+        gap.header = text.header
+        gap.pose.position.x = 0.55
+        gap.pose.position.z = 1.0 - 0.08 * j
+        gap.pose.orientation.w = 1.0
+        gap.scale.z = 0.04
+        if g.get('gap_over_floor') is None or g.get('status') == 'unknown':
+            gap.text = f'{name}: live gap unknown'
+            _color(gap, 0.8)
+        else:
+            gap.text = f'{name}: live gap {g["gap_over_floor"]:.1f}x floor {g["status"]}'
+            _color(gap, GAP_COLOUR.get(g['status'], 1.0))
+        out.markers.append(gap)
     return out
 
 
@@ -219,7 +241,7 @@ def run(ros, robot, rate_hz=5.0, duration=None):
     from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS
     from simreal_ros.client.ros import join_name as _join
     params = load_node_params(robot_config_path(robot), 'safety_supervisor')
-    latest = {'state': None, 'joints': None}
+    latest = {'state': None, 'joints': None, 'gap': None}
     lock = threading.Lock()
 
     def on_state(msg):
@@ -229,22 +251,29 @@ def run(ros, robot, rate_hz=5.0, duration=None):
     def on_joints(msg):
         with lock:
             latest['joints'] = msg
+
+    def on_gap(msg):
+        with lock:
+            latest['gap'] = json.loads(msg.data)
     ros.node.create_subscription(String, _join(ros.namespace, 'safety/state'), on_state,
                                  LATCHED_QOS)
     ros.node.create_subscription(JointState, _join(ros.namespace, 'joint_states'), on_joints,
                                  SENSOR_SUB_QOS)
+    ros.node.create_subscription(String, _join(ros.namespace, 'sim_bridge/live_gap'), on_gap,
+                                 LATCHED_QOS)
     pub = ros.node.create_publisher(MarkerArray, _join(ros.namespace, 'monitor/markers'), 10)
     sent = 0
     end = None if duration is None else time.monotonic() + duration
     while end is None or time.monotonic() < end:
         with lock:
-            state, joints = latest['state'], latest['joints']
+            state, joints, gap = latest['state'], latest['joints'], latest['gap']
         usage = {}
         if joints is not None and state is not None:
             usage = limit_usage(params, state['stage']['stage'], list(joints.name),
                                 list(joints.position), list(joints.velocity),
                                 list(joints.effort))
-        pub.publish(markers(state, usage, stamp=ros.node.get_clock().now().to_msg()))
+        pub.publish(markers(state, usage, stamp=ros.node.get_clock().now().to_msg(),
+                            live_gap=gap))
         sent += 1
         time.sleep(1.0 / rate_hz)   # a display refresh, not synchronisation
     return sent

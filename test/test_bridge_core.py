@@ -243,3 +243,21 @@ def test_files_are_written_whole_or_not_at_all(tmp_path):
     for outside in ('/etc/hostname', '../x.mcap', str(tmp_path / '..' / 'x')):
         with pytest.raises(ValueError, match='outside'):
             inside(tmp_path, outside)
+
+
+def test_split_holds_out_the_tail_that_the_fit_never_sees(arm3):
+    from simreal_ros.core.bridge.recording import split
+    rec = arm3['rec']
+    fit, held = split(rec, 0.3)
+    t0, t1 = float(rec.t[0]), float(rec.t[-1])
+    assert held.held_out and not fit.held_out
+    assert held.t[0] == pytest.approx(t0 + 0.7 * (t1 - t0), abs=0.003)
+    assert fit.t[-1] < held.t[0] and len(fit.t) + len(held.t) == len(rec.t)
+    assert fit.cmd_t[-1] <= held.t[0]                      # no command of the held part
+    assert held.cmd_t[0] <= held.t[0] < held.cmd_t[1]      # the command active at its start
+    # The held part is scored like any recording, at the noise floor for the true parameters.
+    result, _ = arm3['session'].gap(held, arm3['params'])
+    assert result.value <= 1.3 * result.noise_floor['overall']
+    for bad in (0.0, 1.0, -0.2):
+        with pytest.raises(ValueError, match='holdout must be in'):
+            split(rec, bad)

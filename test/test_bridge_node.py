@@ -81,6 +81,10 @@ def test_sim_bridge_node_gap_gate_parameters_and_export(recording_dir, tmp_path)
         assert res.success and res.message.startswith('FAIL'), res.message
         doc = wait_for(lambda: gaps[-1] if gaps else None, 30, what='latched gap')
         assert doc['passed'] is False and doc['gap_identified'] > doc['threshold'] == 0.15
+        # By default the score is on held-out data: the recording's last 30 %, never fitted.
+        assert doc['held_out'] is True and 'held-out last 30 %' in res.message, res.message
+        start, end = doc['recording_span_s']
+        assert doc['evaluated_span_s'][0] == pytest.approx(start + 0.7 * (end - start), abs=0.01)
         assert doc['reading']['command_topic'] == 'hardware/command'
 
         # Out of range: refused with the reason, the old value kept.

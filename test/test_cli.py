@@ -37,6 +37,9 @@ def test_status_and_sysid_without_a_graph():
     code, out = simreal('sysid', 'friction')
     assert code == 1 and 'friction_id is not running: service /friction_id/start' in out
     assert 'Traceback' not in out
+    code, out = simreal('gap', '--live', '--seconds', '8')
+    assert code == 1 and 'sim_bridge is not running' in out and '/sim_bridge/live_gap' in out
+    assert 'Traceback' not in out
 
 
 def test_bad_arguments_are_usage_errors():

@@ -88,3 +88,36 @@ def test_analyzers_group_per_robot_then_per_node_and_match_both_spellings():
         assert name.startswith(tuple(left))
     assert not 'right/safety_supervisor'.startswith(tuple(left))
     assert not 'left/safety_supervisor'.startswith(tuple(prefixes[('robot', 'safety_supervisor')]))
+
+
+LIVE = {'status': 'ERROR', 'identified': True, 'floor_source': 'offline: x.mcap', 'window_s': 1.5,
+        'reason': 'elbow_pitch: gap 41.00 x the noise floor',
+        'joints': {'shoulder_yaw': {'status': 'OK', 'gap_over_floor': 1.2, 'nrmse_position': 0.01,
+                                    'nrmse_velocity': 0.02, 'motion_rad_s': 0.1},
+                   'elbow_pitch': {'status': 'ERROR', 'gap_over_floor': 41.0,
+                                   'nrmse_position': 0.3, 'nrmse_velocity': 0.5,
+                                   'motion_rad_s': 0.2},
+                   'shoulder_pitch': {'status': 'unknown'}},
+        'offline': {'passed': True, 'gap': 0.0012, 'threshold': 0.15, 'held_out': True,
+                    'recording': 'latency.mcap'}}
+
+
+def test_live_gap_markers_name_each_joint_with_its_gap_and_colour_its_status():
+    arr = markers(None, {}, live_gap=LIVE)
+    gaps = {m.text.split(':')[0]: m for m in arr.markers if m.ns == 'simreal_live_gap'}
+    assert set(gaps) == set(LIVE['joints'])
+    assert 'live gap 41.0x floor ERROR' in gaps['elbow_pitch'].text
+    assert gaps['elbow_pitch'].color.r > 0.8 and gaps['elbow_pitch'].color.g < 0.2
+    assert gaps['shoulder_yaw'].color.g > 0.7                     # OK: green
+    assert gaps['shoulder_pitch'].text.endswith('live gap unknown')
+    assert not [m for m in markers(None, {}).markers if m.ns == 'simreal_live_gap']
+
+
+def test_gap_live_lines_per_joint():
+    from simreal_ros.client.live_gap import format_live_gap
+    lines = format_live_gap(LIVE)
+    assert lines[0].startswith('live gap ERROR (identified model')
+    row = next(x for x in lines if x.strip().startswith('elbow_pitch'))
+    assert '41.00 x floor' in row and 'ERROR' in row and 'NRMSE position 30.00 %' in row
+    assert any(x.strip() == 'shoulder_pitch     unknown' for x in lines)
+    assert 'offline gap 0.12 % (PASS at 15 %, held-out latency.mcap)' in lines[-1]

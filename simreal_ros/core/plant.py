@@ -432,6 +432,41 @@ class SimPlant:
             out.linear_acceleration = acc[3:].copy()
         return out
 
+    # -- rehearsal: the true plant changes while it runs (test-only, never on hardware) --------
+    CHANGEABLE = {'coulomb_friction': 'dof_frictionloss', 'viscous_damping': 'dof_damping',
+                  'armature': 'dof_armature'}
+
+    def change_truth(self, factors):
+        """Scale the true actuator parameters of named joints, as a motor heating or a gearbox
+        wearing changes them: {joint: {coulomb_friction|viscous_damping|armature: factor}},
+        relative to the configured truth (an empty mapping restores it). Validated whole
+        before anything changes; ValueError names the bad entry. Returns the new values."""
+        if self.truth is None:
+            raise ValueError('no plant truth to change (plant_enabled is false)')
+        if not isinstance(factors, dict):
+            raise ValueError(f'expected {{joint: {{parameter: factor}}}}, got {factors!r}')
+        scale = {k: np.ones(self.n) for k in self.CHANGEABLE}
+        for joint, change in factors.items():
+            if joint not in self.names:
+                raise ValueError(f'unknown joint {joint!r}; joints are {self.names}')
+            if not isinstance(change, dict) or not change:
+                raise ValueError(f'{joint}: expected {{parameter: factor}}, got {change!r}')
+            for key, factor in change.items():
+                if key not in self.CHANGEABLE:
+                    raise ValueError(f'{joint}.{key}: not a changeable parameter; use '
+                                     f'{", ".join(self.CHANGEABLE)}')
+                if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+                        not np.isfinite(factor) or factor < 0:
+                    raise ValueError(f'{joint}.{key}: factor must be a finite number >= 0, '
+                                     f'got {factor!r}')
+                scale[key][self.names.index(joint)] = float(factor)
+        values = {}
+        for key, field_name in self.CHANGEABLE.items():
+            new = getattr(self.truth, key) * scale[key]
+            getattr(self.model, field_name)[self.dof] = new
+            values[key] = new.tolist()
+        return values
+
     def set_state(self, position=None, velocity=None):
         """Place the exposed joints (for tests and experiments that start from a pose)."""
         if position is not None:

@@ -207,6 +207,16 @@ class PolledSubscription:
                 return out
             out.append(taken[0])
 
+    def take_all_with_info(self):
+        """Return [(message, message info)] waiting, oldest first; the info holds the
+        middleware's `source_timestamp` (ns, when the publisher sent it, system clock)."""
+        out = []
+        while True:
+            taken = self.handle.take_message(self.msg_type, False)
+            if taken is None:
+                return out
+            out.append((taken[0], taken[1]))
+
     def take_newest(self):
         """Return the newest message waiting, or None; older ones are taken and dropped.
 

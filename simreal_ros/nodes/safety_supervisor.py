@@ -43,6 +43,14 @@ Before the first `joint_states` arrives the node publishes nothing on `hardware/
 so in `safety/state` (`output: waiting`). An e-stop is applied in the service call itself and on
 every following tick. Switching between policy and sysid needs the e-stop latched (a safe state):
 estop, select, reset. Parameters are read-only: restart the node to change them.
+
+Live reality gap (simreal_ros.core.safety.live_gap): subscribes `live_gap.topic`
+(`sim_bridge/live_gap`). With `live_gap.require: auto` (default) the gate is on from the first
+message saying the model is identified; then `advance_stage` (and `auto_advance`) is refused
+while the live gap is unknown, older than `live_gap.max_age_s`, ERROR (the joint and its gap
+named) or the offline evaluation failed; ERROR for `live_gap.drift_s` triggers
+`live_gap.drift_action` (hold, demote or estop). A robot without an identified model (no
+sim_bridge, as the G1) is never gated. safety/state reports it under `live_gap`.
 """
 import json
 import os
@@ -206,6 +214,9 @@ class SafetySupervisor(Node):
                 JointState, f'{source}/command',
                 lambda msg, s=source: self._on_command(s, msg), COMMAND_QOS,
                 callback_group=control)
+        if p['live_gap.topic']:
+            self.create_subscription(String, p['live_gap.topic'], self._on_live_gap,
+                                     LATCHED_QOS, callback_group=services)
         self.rogue_action = p['rogue_publisher_action']
         self._rogues = {}    # topic -> (rogue node names, why) while its rule is broken
         own = self.get_fully_qualified_name()
@@ -346,6 +357,24 @@ class SafetySupervisor(Node):
                                      '(also published on every event)', low=0.1, high=100.0,
                                      read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        p['live_gap.require'] = declare(
+            self, 'live_gap.require', 'auto', 'promotion needs a fresh live reality gap below '
+            "its threshold (sim_bridge's shadow of the identified model, on live_gap.topic): "
+            "'auto' = once a live-gap message says the model is identified (then for good), "
+            "'true' = always (no live value, no promotion), 'false' = never", read_only=True)
+        p['live_gap.topic'] = declare(
+            self, 'live_gap.topic', 'sim_bridge/live_gap', 'live reality gap (std_msgs/String '
+            'JSON, latched) published by sim_bridge', read_only=True)
+        p['live_gap.max_age_s'] = declare(
+            self, 'live_gap.max_age_s', 2.0, 'a live gap older than this (by stamp and by '
+            'arrival) is unknown: no promotion (s)', low=0.01, high=600.0, read_only=True)
+        p['live_gap.drift_action'] = declare(
+            self, 'live_gap.drift_action', 'hold', 'sustained drift (live gap ERROR for '
+            "live_gap.drift_s): 'hold' (no promotion), 'demote' (one stage down, again after "
+            "each further live_gap.drift_s) or 'estop'", read_only=True)
+        p['live_gap.drift_s'] = declare(
+            self, 'live_gap.drift_s', 3.0, 'how long the live gap must stay ERROR before '
+            'live_gap.drift_action (s)', low=0.01, high=3600.0, read_only=True)
         p['driver_publishers'] = declare_names(
             self, 'driver_publishers', 'nodes that may publish joint_states and imu (names '
             'relative to this node\'s namespace, or /ns/name); empty (the default): any one '
@@ -420,6 +449,18 @@ class SafetySupervisor(Node):
         if not ok:
             self.get_logger().warning(f'{source}/command rejected (not forwarded): {reason}',
                                    throttle_duration_sec=1.0)
+        self._log_events()
+
+    def _on_live_gap(self, msg):
+        now = self._now()
+        try:
+            doc = json.loads(msg.data)
+        except ValueError as exc:
+            doc = f'not JSON ({exc})'
+        with self._lock:
+            ok, reason = self.core.on_live_gap(doc, now)
+        if not ok:
+            self.get_logger().warning(f'live gap ignored: {reason}', throttle_duration_sec=5.0)
         self._log_events()
 
     # -- control tick -----------------------------------------------------------------------
@@ -683,7 +724,11 @@ class SafetySupervisor(Node):
                   'bringup.max_error_rad': s['bringup'].get('max_error_rad'),
                   'rogue_publishers': ' '.join(sorted({n for r in s['rogue_publishers'].values()
                                                        for n in r['nodes']})),
-                  'rogue_publisher_spells': sum(w.rogue_spells for w in self.watches)}
+                  'rogue_publisher_spells': sum(w.rogue_spells for w in self.watches),
+                  'live_gap.required': s['live_gap']['required'],
+                  'live_gap.status': s['live_gap']['status'],
+                  'live_gap.worst_joint': s['live_gap']['worst_joint'],
+                  'live_gap.refusal': s['live_gap']['refusal'] or ''}
         for kind, per_joint in s['clips'].items():
             values[f'clips.{kind}'] = sum(per_joint.values())
         for source, count in s['rejected'].items():

@@ -29,6 +29,24 @@ Gauss-Newton), starting from the current values. On success the refined values a
 intervals become this node's parameters and the result is published latched on `~/refined`;
 a failure is published there too and changes nothing. The intervals assume independent
 residuals, so they are optimistic on data with correlated errors.
+
+Held-out by default: `~/evaluate_gap` scores the last `holdout` (0.3) of the recording and
+`~/refine` fits only the rest (`holdout: 0` scores the whole recording, as before). The SysID
+nodes fit each experiment's own recording, so for their estimates the newest SysID recording is
+not unseen data: a session recording of the deployment is (`simreal up --record`).
+
+The shadow (`shadow.enabled`, default true; simreal_ros.core.bridge.shadow), once the model is
+identified (before, no inputs are taken and `unknown` is published): every
+`shadow.period_s` the newest `shadow.window_s` of `hardware/command` (timed by when the
+supervisor sent it) and `joint_states` is replayed from the measured state through the current
+model and scored per joint over the noise floor of the last evaluated recording (before one, the
+noise estimated live). Published on `~/live_gap` (latched JSON: `status`, `joints.<joint>.
+gap_over_floor`, `identified` = the parameters differ from the nominal MJCF, `offline` = the
+last evaluation's verdict) and on /diagnostics (`sim_bridge: live gap <joint>`: OK / WARN /
+ERROR, STALE when unknown). The safety supervisor gates promotion on it (live_gap.*).
+
+    ros2 topic echo /sim_bridge/live_gap --qos-durability transient_local
+    simreal gap --live
 """
 import json
 import math
@@ -36,20 +54,25 @@ import os
 import threading
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from simreal_ros.core.bridge import BridgeSession, JOINT_KEYS
 from simreal_ros.core.bridge.params import RANGES, UNITS
-from simreal_ros.core.bridge.recording import latest_recording, read_mcap
+from simreal_ros.core.bridge.recording import latest_recording, read_mcap, split
 from simreal_ros.core.files import inside
 from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
+from simreal_ros.core.bridge.shadow import ShadowConfig, ShadowGap, noise_floor_of
 from simreal_ros.core.config import ConfigError
-from simreal_ros.nodes.common import LATCHED_QOS, declare, per_robot_dir, run
+from simreal_ros.nodes.common import (LATCHED_QOS, PolledSubscription, declare, diag_name,
+                                      per_robot_dir, run, stamp_to_sec)
 
 NODE_NAME = 'sim_bridge'
 
@@ -85,6 +108,10 @@ class SimBridge(Node):
                                    'search range, +- s', low=0.0, high=1.0)
         p['skip_s'] = declare(self, 'skip_s', 0.2, 'initial replay transient left out of the '
                               'score (s)', low=0.0, high=10.0)
+        self.holdout = declare(self, 'holdout', 0.3, 'fraction of the recording, at its end, '
+                               'that ~/evaluate_gap scores and ~/refine never fits (held-out '
+                               'data); 0 = score and fit the whole recording', low=0.0,
+                               high=0.9)
         self.recordings_dir = per_robot_dir(self, declare(
             self, 'recordings_dir', '~/.ros/simreal_ros/sysid', 'folder searched for the '
             'newest .mcap (read-only: recording is confined to it); under a namespace, its '
@@ -137,8 +164,127 @@ class SimBridge(Node):
         self.pub_refined = self.create_publisher(String, '~/refined', LATCHED_QOS)
         self.create_service(Trigger, '~/refine', self._on_refine, callback_group=services)
         self._refiner = None   # the background refinement thread
+        self._shadow_init()
         self.get_logger().info(f'sim_bridge ready: {len(names)} joints, model '
                                f'{self.session.model_path}')
+
+    # -- the shadow: the live reality gap (simreal_ros.core.bridge.shadow) -------------------
+    def _shadow_init(self):
+        cfg = ShadowConfig(
+            window_s=declare(self, 'shadow.window_s', 1.5, 'live gap: length of each replayed '
+                             'window, from the measured state at its start (s)', low=0.2,
+                             high=30.0, read_only=True),
+            warn_ratio=declare(self, 'shadow.warn_ratio', 3.0, 'live gap per joint above '
+                               'which it is WARN, in units of the noise floor measured offline',
+                               low=1.0, high=1e6, read_only=True),
+            error_ratio=declare(self, 'shadow.error_ratio', 5.0, 'live gap per joint above '
+                                'which (in shadow.persist_windows windows in a row) it is ERROR, '
+                                'in units of the offline noise floor', low=1.0, high=1e6,
+                                read_only=True),
+            persist_windows=declare(self, 'shadow.persist_windows', 4, 'consecutive windows '
+                                    'above shadow.error_ratio before ERROR (they overlap: '
+                                    'more than window_s / period_s, so one glitch is not '
+                                    'drift)', low=1, high=100, read_only=True),
+            max_gap_s=declare(self, 'shadow.max_gap_s', 0.05, 'a window with a longer hole in '
+                              'joint_states (twice as long in hardware/command) is not scored '
+                              '(unknown) (s)', low=0.001, high=10.0, read_only=True),
+            max_shift_s=declare(self, 'shadow.max_shift_s', 0.02, 'live gap: alignment search '
+                                'range, +- s', low=0.0, high=1.0, read_only=True))
+        enabled = declare(self, 'shadow.enabled', True, 'replay the supervisor output '
+                          '(hardware/command) through the model live and publish the gap on '
+                          '~/live_gap and /diagnostics', read_only=True)
+        period = declare(self, 'shadow.period_s', 0.5, 'live gap: one window is scored every '
+                         'this many seconds (off the 500 Hz path)', low=0.05, high=60.0,
+                         read_only=True)
+        self.shadow = None
+        self.pub_live = self.create_publisher(String, '~/live_gap', LATCHED_QOS)
+        if not enabled:
+            return
+        self.shadow = ShadowGap(self.session.replayer, cfg.validate('sim_bridge.shadow'))
+        self._sim_time = bool(self.get_parameter('use_sim_time').value)
+        self._shadow_params_version = None
+        self._params_version = 0
+        self.offline = None
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._deep = int(period * 500 * 4) + 100
+        self._shadow_subs = None   # made once the model is identified (see _shadow_tick)
+        self.create_timer(period, self._shadow_tick,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+
+    def _shadow_state(self, msg, _info):
+        self.shadow.add_state(stamp_to_sec(msg.header.stamp), msg.name, msg.position,
+                              msg.velocity)
+
+    def _shadow_command(self, msg, info):
+        # When the supervisor sent it, not its header stamp: the supervisor keeps the source
+        # command's stamp on every tick it re-sends (rate-limited targets move between
+        # ticks under one stamp), and the robot obeys each one as it arrives. On simulated
+        # time the send time is on another clock: the stamp, then.
+        sent = info.get('source_timestamp') if isinstance(info, dict) else None
+        t = (sent * 1e-9 if sent and not self._sim_time else stamp_to_sec(msg.header.stamp))
+        self.shadow.add_command(t, msg.name, msg.position, msg.velocity, msg.effort)
+
+    def identified(self, params):
+        """The model differs from the nominal MJCF: SysID results (or a robot file) set it."""
+        nominal = self.session.nominal
+        return bool(any(np.any(np.abs(np.asarray(getattr(params, k)) -
+                                      np.asarray(getattr(nominal, k))) > 1e-12)
+                        for k in JOINT_KEYS) or abs(params.latency_s - nominal.latency_s) > 1e-12)
+
+    def _subscribe_shadow(self):
+        deep = self._deep
+        self._shadow_subs = [
+            (PolledSubscription(self, JointState, 'joint_states', QoSProfile(
+                history=HistoryPolicy.KEEP_LAST, depth=deep,
+                reliability=ReliabilityPolicy.BEST_EFFORT)), self._shadow_state),
+            (PolledSubscription(self, JointState, 'hardware/command', QoSProfile(
+                history=HistoryPolicy.KEEP_LAST, depth=deep,
+                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command)]
+
+    def _shadow_tick(self):
+        now = self.get_clock().now().nanoseconds * 1e-9
+        if self._shadow_params_version != self._params_version:
+            params = self._current()
+            self.shadow.set_params(params, self.identified(params))
+            self._shadow_params_version = self._params_version
+        if not self.shadow.identified and self._shadow_subs is None:
+            # Nothing identified yet (the gate is off): no 500 Hz inputs, no replay, so a SysID
+            # run on a small computer does not share it with the shadow.
+            doc = self.shadow._unknown(now, 'model not identified: no SysID results pushed '
+                                            'to sim_bridge yet (the live gap starts with them)')
+            self.pub_live.publish(String(data=json.dumps(doc)))
+            return
+        if self._shadow_subs is None:
+            self._subscribe_shadow()
+        for sub, take in self._shadow_subs:
+            for msg, info in sub.take_all_with_info():
+                take(msg, info)
+        doc = self.shadow.evaluate(now)
+        if self.offline is not None:
+            doc['offline'] = self.offline
+        doc['cpu_s'] = round(self.shadow.cpu_s, 3)
+        self.pub_live.publish(String(data=json.dumps(doc)))
+        self._shadow_diagnostics(doc)
+
+    def _shadow_diagnostics(self, doc):
+        levels = {'OK': DiagnosticStatus.OK, 'WARN': DiagnosticStatus.WARN,
+                  'ERROR': DiagnosticStatus.ERROR}
+        out = DiagnosticArray()
+        out.header.stamp = self.get_clock().now().to_msg()
+        model = 'identified' if doc['identified'] else 'nominal'
+        for joint, j in doc['joints'].items():
+            st = DiagnosticStatus(name=diag_name(self, f'live gap {joint}'), hardware_id=joint)
+            if j['status'] == 'unknown':
+                st.level = DiagnosticStatus.STALE
+                st.message = f'{joint}: live gap unknown: {doc.get("reason", "")}'
+            else:
+                st.level = levels[j['status']]
+                st.message = (f'{joint}: live gap {j["gap_over_floor"]:.2f} x the noise floor '
+                              f'({j["status"]}; {model} model)')
+            st.values = [KeyValue(key=k, value=str(v)) for k, v in j.items()]
+            st.values.append(KeyValue(key='floor_source', value=str(doc.get('floor_source'))))
+            out.status.append(st)
+        self.pub_diag.publish(out)
 
     # -- parameters: validated by their descriptors; here only copied into JointParams ------
     def _on_set(self, changes):
@@ -171,6 +317,8 @@ class SimBridge(Node):
                             return SetParametersResult(successful=False, reason=(
                                 f'recording: {exc} (recordings_dir is fixed at start)'))
                     self.recording = value
+                elif name == 'holdout':
+                    self.holdout = float(value)
                 elif name in ('gap_threshold', 'max_shift_s', 'skip_s'):
                     setattr(self.session, 'threshold' if name == 'gap_threshold' else name,
                             float(value))
@@ -179,6 +327,7 @@ class SimBridge(Node):
             except ConfigError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
             self.params = updated
+            self._params_version = getattr(self, '_params_version', 0) + 1
         return SetParametersResult(successful=True)
 
     def _current(self):
@@ -217,7 +366,10 @@ class SimBridge(Node):
         if rec is None:
             response.success, response.message = False, why
             return response
+        whole = rec
         try:
+            if self.holdout > 0:
+                _, rec = split(whole, self.holdout)
             report = self.session.evaluate(rec, self._current(), name=path)
         except (ConfigError, ValueError) as exc:
             response.success = False
@@ -225,8 +377,12 @@ class SimBridge(Node):
             self.get_logger().error(response.message)
             return response
         self.last = (rec, report)
+        self._offline_to_shadow(rec, report, path)
         doc = report.to_dict()
         doc['reading'] = getattr(rec, 'source', {})
+        doc['held_out'] = self.holdout > 0
+        doc['evaluated_span_s'] = getattr(rec, 'span_s', [float(rec.t[0]), float(rec.t[-1])])
+        doc['recording_span_s'] = [float(whole.t[0]), float(whole.t[-1])]
         self.pub.publish(String(data=json.dumps(doc)))
         verdict = 'PASS' if report.identified.passed else 'FAIL'
         response.success = True
@@ -234,9 +390,26 @@ class SimBridge(Node):
                             f'{100 * report.identified.threshold:.0f} %), nominal '
                             f'{100 * report.nominal.value:.2f} %, noise floor '
                             f'{100 * report.identified.noise_floor["overall"]:.2f} %, shift '
-                            f'{1e3 * report.identified.shift_s:+.1f} ms; {path}')
+                            f'{1e3 * report.identified.shift_s:+.1f} ms; '
+                            + (f'held-out last {100 * self.holdout:.0f} % of ' if self.holdout
+                               > 0 else 'the whole of ') + path)
         self.get_logger().info(response.message)
         return response
+
+    def _offline_to_shadow(self, rec, report, path):
+        """The offline noise floor and verdict feed the live gap (and through it the gate)."""
+        if self.shadow is None:
+            return
+        try:
+            self.shadow.set_floor(*noise_floor_of(rec, self.session.names),
+                                  source=f'offline: {os.path.basename(str(path))}')
+        except ValueError as exc:
+            self.get_logger().warning(f'live gap keeps its noise floor: {path}: {exc}')
+        self.offline = {'passed': bool(report.identified.passed),
+                        'gap': float(report.identified.value),
+                        'threshold': float(report.identified.threshold),
+                        'recording': os.path.basename(str(path)),
+                        'held_out': bool(getattr(rec, 'held_out', False))}
 
     def _on_export(self, _request, response):
         busy = self._busy()
@@ -261,6 +434,8 @@ class SimBridge(Node):
         if rec is None:
             response.success, response.message = False, why
             return response
+        if self.holdout > 0:
+            rec, _ = split(rec, self.holdout)   # the held-out part stays unseen by the fit
         joints = moving_joints(rec, self.session.names)
         if not joints:
             response.success = False

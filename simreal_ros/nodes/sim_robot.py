@@ -33,6 +33,13 @@ the simulated wireless remote's buttons, to rehearse a remote e-stop.
 A floating-base robot can hang in a gantry (`gantry: true`): the base is held where it is and
 the legs move freely, as a humanoid hangs from its hoist for the bring-up; `sim/gantry`
 (std_msgs/Bool) false lowers it, true hangs it again.
+
+Rehearsal only: with `test.plant_change_enabled: true` (default false) the parameter
+`test.plant_change` (JSON `{joint: {coulomb_friction|viscous_damping|armature: factor}}`,
+relative to the plant section; '{}' restores it) changes the true plant while it runs, as a
+motor heats or a gearbox wears, to rehearse the live reality gap. No hardware driver has it.
+
+    ros2 param set /sim_robot test.plant_change '{"elbow_pitch": {"coulomb_friction": 3.0}}'
 """
 import json
 import threading
@@ -161,6 +168,13 @@ class SimRobot(Node):
             from std_msgs.msg import Bool
             self.create_subscription(Bool, 'sim/gantry', self._on_gantry, 10,
                                      callback_group=group)
+        self.plant_change_enabled = p['test.plant_change_enabled']
+        self.plant_changes = 0
+        if p['test.plant_change']:
+            ok, why = self._change_plant(p['test.plant_change'])
+            if not ok:
+                raise ConfigError(why)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._running = True
         if self.lockstep:
@@ -180,6 +194,34 @@ class SimRobot(Node):
             f'{"real time" if self.rtf == 1.0 else f"real_time_factor {self.rtf:g}"}, '
             f'{"hidden plant truth applied" if truth else "nominal model (no hidden plant)"}, '
             f'command_mode {self.plant.command_mode}')
+
+    def _change_plant(self, text):
+        """Apply test.plant_change (JSON); return (ok, message naming what was wrong)."""
+        if not self.plant_change_enabled:
+            return False, ('test.plant_change refused: test.plant_change_enabled is false (set '
+                           'it in the parameter file of a rehearsal; never on a real robot)')
+        try:
+            factors = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            return False, f'test.plant_change is not JSON: {exc}'
+        try:
+            with self._lock:
+                values = self.plant.change_truth(factors)
+        except ValueError as exc:
+            return False, f'test.plant_change: {exc}'
+        self.plant_changes += 1
+        self.get_logger().warning(f'true plant changed (rehearsal): {factors or "restored"} '
+                                  f'-> {values}')
+        return True, ''
+
+    def _on_set_parameters(self, params):
+        from rcl_interfaces.msg import SetParametersResult
+        for param in params:
+            if param.name == 'test.plant_change':
+                ok, why = self._change_plant(param.value)
+                if not ok:
+                    return SetParametersResult(successful=False, reason=why)
+        return SetParametersResult(successful=True)
 
     def _declare_parameters(self):
         p = {}
@@ -234,6 +276,14 @@ class SimRobot(Node):
             p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
                                         read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        p['test.plant_change_enabled'] = declare(
+            self, 'test.plant_change_enabled', False, 'rehearsal only: allow '
+            'test.plant_change at run time (a simulated robot only; no hardware driver has it)',
+            read_only=True)
+        p['test.plant_change'] = declare(
+            self, 'test.plant_change', '', 'rehearsal only (needs test.plant_change_enabled): '
+            'JSON {joint: {coulomb_friction|viscous_damping|armature: factor}} scaling the '
+            "true plant now, as a motor heats; '{}' or '' restores it")
         p['base_pose_rate_hz'] = declare(self, 'base_pose_rate_hz', 50.0, 'rate of the '
                                          'ground-truth sim/base_pose (floating base), for '
                                          "benches' distance and fall checks: a third of the "

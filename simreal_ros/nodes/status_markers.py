@@ -6,7 +6,8 @@
 The same markers as `simreal monitor` (`simreal_ros.monitor`: one status line, one bar per
 joint whose length is the largest fraction of a limit in use), published on the relative topic
 `monitor/markers`, so under a namespace it is `/<namespace>/monitor/markers` and two robots'
-markers never mix. Reads `safety/state` (latched) and `joint_states`; the limits come from the
+markers never mix. Reads `safety/state` (latched), `joint_states` and, where sim_bridge shadows
+the robot, its per-joint live gap (`sim_bridge/live_gap`, latched); the limits come from the
 robot file's safety_supervisor section (`robot_file`). It only displays: it publishes nothing
 a robot obeys.
 """
@@ -47,9 +48,11 @@ class StatusMarkers(Node):
             raise ConfigError(f'{robot_file}: safety_supervisor section lacks {missing}')
         self.state = None
         self.joints = None
+        self.live_gap = None
         self.sent = 0
         self.create_subscription(String, 'safety/state', self._on_state, LATCHED_QOS)
         self.create_subscription(JointState, 'joint_states', self._on_joints, SENSOR_SUB_QOS)
+        self.create_subscription(String, 'sim_bridge/live_gap', self._on_gap, LATCHED_QOS)
         self.pub = self.create_publisher(MarkerArray, 'monitor/markers', 10)
         self.create_timer(1.0 / rate, self._tick)
         self.get_logger().info(f'markers on {self.pub.topic_name} at {rate:g} Hz (frame '
@@ -61,6 +64,12 @@ class StatusMarkers(Node):
         except ValueError:
             self.state = None   # shown as 'no state' rather than a stale one
 
+    def _on_gap(self, msg):
+        try:
+            self.live_gap = json.loads(msg.data)
+        except ValueError:
+            self.live_gap = None
+
     def _on_joints(self, msg):
         self.joints = msg
 
@@ -71,7 +80,8 @@ class StatusMarkers(Node):
             usage = monitor.limit_usage(self.params, self.state['stage']['stage'], list(j.name),
                                         list(j.position), list(j.velocity), list(j.effort))
         self.pub.publish(monitor.markers(self.state, usage, frame=self.frame,
-                                         stamp=self.get_clock().now().to_msg()))
+                                         stamp=self.get_clock().now().to_msg(),
+                                         live_gap=self.live_gap))
         self.sent += 1
 
 

@@ -189,3 +189,32 @@ def latest_recording(folder):
                 if m > best_m:
                     best, best_m = p, m
     return best
+
+
+def split(rec, holdout):
+    """Split a recording in time: (fit part, held-out part), the held-out part its last
+    `holdout` fraction (0 < holdout < 1). The fit (refine) never sees the held-out part, so a
+    gap scored on it is not a score on data the parameters were fitted to. Each part keeps
+    the commands it needs: the held-out part starts with the command active at its start.
+    Sample and command times stay as in `rec`. ValueError names a bad fraction."""
+    holdout = float(holdout)
+    if not 0.0 < holdout < 1.0:
+        raise ValueError(f'holdout must be in (0, 1), got {holdout}')
+    t = np.asarray(rec.t, float)
+    cmd_t = np.asarray(rec.cmd_t, float)
+    t_split = t[0] + (1.0 - holdout) * (t[-1] - t[0])
+    k = int(np.searchsorted(t, t_split))
+    c = int(np.searchsorted(cmd_t, t_split, side='right'))
+
+    def part(rows, cmds):
+        out = Recording(list(rec.names), t[rows], np.asarray(rec.position)[rows],
+                        np.asarray(rec.velocity)[rows], np.asarray(rec.effort)[rows],
+                        cmd_t[cmds], np.asarray(rec.cmd_position)[cmds],
+                        np.asarray(rec.cmd_velocity)[cmds], np.asarray(rec.cmd_effort)[cmds])
+        out.source = dict(getattr(rec, 'source', {}))
+        out.span_s = [float(t[rows][0]), float(t[rows][-1])]
+        return out
+    fit = part(slice(0, k), slice(0, c))
+    held = part(slice(k, len(t)), slice(max(c - 1, 0), len(cmd_t)))
+    fit.held_out, held.held_out = False, True
+    return fit, held

@@ -113,6 +113,14 @@ class StageMachine:
         self.last_demotion = now
         return self._move(now, self.index - 1, f'{kind}: {detail}' if detail else kind)
 
+    def demote(self, now, cause):
+        """Go one stage down for `cause` (the live gap's drift action); None at the lowest."""
+        self.clean_s = 0.0
+        self._accrue_at = None
+        if self.index == 0:
+            return None
+        return self._move(float(now), self.index - 1, cause)
+
     def request_advance(self, now, not_clean=None):
         """Promote one stage if allowed; return (ok, message).
 

@@ -59,6 +59,10 @@ in `header.frame_id`; the first sender holds the grant until its commands have b
 `sysid_release_s` or the mode goes back to `policy`, and commands of any other sender are
 rejected (counted as `foreign_sysid`, never forwarded, not an e-stop: another node's mistake is
 not the running experiment's fault).
+
+The live reality gap (simreal_ros.core.safety.live_gap, fed by `on_live_gap`) is one more
+condition of a promotion, requested or automatic, and its sustained drift one more cause of a
+demotion or an e-stop (`live_gap_drift_action`); it never raises a stage.
 """
 from dataclasses import dataclass, field
 import math
@@ -67,6 +71,7 @@ import numpy as np
 
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety.bringup import Bringup, bringup_limits
+from simreal_ros.core.safety.live_gap import LiveGapGate
 from simreal_ros.core.safety.limits import (KINDS, Command, Limits, Rejected, _clip,
                                             count_clips, filter_command, implied_torque,
                                             validate_command)
@@ -195,6 +200,10 @@ class SupervisorConfig:
     bringup_position: np.ndarray = None     # the default pose; None = go_default refused
     bringup_max_velocity: np.ndarray = None  # rad/s per joint (default 0.5)
     bringup_min_duration_s: float = 2.0
+    live_gap_require: str = 'auto'          # core.safety.live_gap: auto, true, false
+    live_gap_max_age_s: float = 2.0
+    live_gap_drift_action: str = 'hold'     # hold, demote, estop
+    live_gap_drift_s: float = 3.0
 
     @classmethod
     def from_params(cls, p, source='safety_supervisor'):
@@ -245,6 +254,13 @@ class SupervisorConfig:
                 raise ConfigError(f'{source}.{key} must be >= {low}, got {value}')
             extra[key] = value
         extra.update(_bringup_params(p, names, limits, source))
+        extra.update(live_gap_require=str(p.get('live_gap.require', 'auto')),
+                     live_gap_max_age_s=float(p.get('live_gap.max_age_s', 2.0)),
+                     live_gap_drift_action=str(p.get('live_gap.drift_action', 'hold')),
+                     live_gap_drift_s=float(p.get('live_gap.drift_s', 3.0)))
+        LiveGapGate(extra['live_gap_require'], extra['live_gap_max_age_s'],
+                    extra['live_gap_drift_action'], extra['live_gap_drift_s'],
+                    source=source)   # validates, naming the parameter
         return cls(limits=limits, sysid_limits=sysid, trip_velocity=trip, period_s=1.0 / rate,
                    stages=tuple(p.get('stages') or DEFAULT_STAGES),
                    stage_dwell_s=tuple(p.get('stage_dwell_s') or (5.0,)),
@@ -354,6 +370,9 @@ class Supervisor:
         self._state_since_tick = False   # a joint state accepted since the last counted tick
         self.slow_ticks = 0                # late ticks that had a new state (computed normally)
         self.bringup = Bringup()
+        self.live_gap = LiveGapGate(cfg.live_gap_require, cfg.live_gap_max_age_s,
+                                    cfg.live_gap_drift_action, cfg.live_gap_drift_s,
+                                    cfg.check_stamps, self.names)
         self.events = []  # (time, text) for the operator log; the node drains it
         for text in self.stage.warnings:
             self.events.append((now, f'WARNING: {text}'))
@@ -496,6 +515,16 @@ class Supervisor:
         return None
 
     # -- operator requests ------------------------------------------------------------------
+    def on_live_gap(self, doc, now):
+        """Take one live-gap document of the shadow model (core.safety.live_gap); return
+        (ok, reason). It only ever holds or lowers the stage (or e-stops, when configured)."""
+        was = self.live_gap.required
+        ok, reason = self.live_gap.on_gap(doc, now)
+        if ok and self.live_gap.required and not was:
+            self.events.append((now, 'live gap gate on: the model is identified; promotion '
+                                     'now needs a fresh live gap below its threshold'))
+        return ok, reason
+
     def estop(self, cause, now):
         """Latch the e-stop now and return the safe output to send at once."""
         self._trip(cause, now, fault='operator')
@@ -619,6 +648,10 @@ class Supervisor:
         """Promote one stage when the dwell, accrued while forwarding cleanly, is long enough."""
         if self.latched:
             return False, f'e-stop latched ({self.cause}); reset first'
+        if self.stage.index < len(self.stage.scales) - 1:
+            gap = self.live_gap.refusal(now)
+            if gap:
+                return False, gap
         ok, msg = self.stage.request_advance(now, self.not_clean(now))
         if ok:
             self.events.append((now, 'stage ' + msg))
@@ -774,7 +807,16 @@ class Supervisor:
         if self.latched:
             self.stage.accrue(now, False)
             return self._safe_output(now, f'e-stop: {self.cause}')
-        t = self.stage.update(now)
+        drift = self.live_gap.drift(now)
+        if drift is not None:
+            action, cause = drift
+            if action == 'estop':
+                self._trip(cause, now, fault='live_gap')
+                return self._safe_output(now, f'e-stop: {self.cause}')
+            t = self.stage.demote(now, cause)
+            self.events.append((now, cause + (f'; stage {t["from"]:.2f} -> {t["to"]:.2f}'
+                                              if t else '; already at the lowest stage')))
+        t = None if self.live_gap.refusal(now) else self.stage.update(now)
         if t is not None:
             self.events.append((now, f'stage {t["from"]:.2f} -> {t["to"]:.2f} (auto_advance)'))
         stale, newly = self.dogs[self.mode].check(now)
@@ -1078,4 +1120,5 @@ class Supervisor:
             'tilt_deg': round(math.degrees(self.tilt), 2) if self.cfg.use_imu else None,
             'bringup': dict(self.bringup.to_dict(now, self.names, self.q),
                             configured=self.cfg.bringup_position is not None),
+            'live_gap': self.live_gap.status(now),
         }
