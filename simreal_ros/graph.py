@@ -162,7 +162,8 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
     (false on hardware). driver: '' (the robot's driver speaks hardware/command itself) or
     'unitree' (start unitree_bridge with the robot file's section; with use_sim, sim_robot
     plays the Unitree robot and both talk over loopback: `rehearsal_wire`). sysid: start the
-    three SysID nodes and sim_bridge. markers: start status_markers (the rviz markers, in the
+    three SysID nodes and sim_bridge (sim_bridge alone also starts without it when the robot
+    file holds identified values: its shadow gives the supervisor the live gap). markers: start status_markers (the rviz markers, in the
     graph's namespace; it reads the limits from the robot file). overrides:
     {node: {parameter: value}} written to the overlay file (the demo shortens dwell times).
     Nodes whose module does not exist yet, or whose section is absent from the robot file, are
@@ -177,6 +178,10 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
     wanted += [SUPERVISOR, POLICY]
     if sysid:
         wanted += list(SYSID_NODES) + [BRIDGE]
+    elif BRIDGE in _sections(path) and identified_in_file(path):
+        # An identified model to shadow: sim_bridge runs with the deployment, so the live gap
+        # exists and the supervisor's gate (live_gap.require auto) is on (issue 15).
+        wanted.append(BRIDGE)
     if markers:
         wanted.append(MARKERS)
     sections = set(_sections(path))
@@ -244,6 +249,13 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
                   namespace=ns, use_sim_time=bool(use_sim_time),
                   nodes=nodes, skipped=skipped)
     return graph
+
+
+def identified_in_file(path):
+    """True when the robot file gives sim_bridge identified values (`joints.<joint>.<key>`, or a
+    non-zero `latency_s`), as `identified_params.yaml` from `sim_bridge/export` does."""
+    p = load_node_params(path, BRIDGE)
+    return any(k.startswith('joints.') for k in p) or float(p.get('latency_s') or 0.0) != 0.0
 
 
 def _sections(path):

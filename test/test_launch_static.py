@@ -15,6 +15,7 @@ import sys
 import types
 
 import pytest
+import yaml
 
 from conftest import REPO, require_files
 from rosproc import wait_for
@@ -259,6 +260,22 @@ def test_deploy_section_remaps_every_node(tmp_path):
     path.write_text(text + '\ndeploy:\n  ros__parameters:\n    joint_state_topic: /x\n')
     with pytest.raises(ConfigError, match='joint_state_topic'):
         build_graph(str(path), check_files=False)
+
+
+def test_an_identified_model_in_the_robot_file_is_shadowed_during_deployment(tmp_path):
+    """Identified values in sim_bridge's section (as its export writes them) start sim_bridge
+    with the deployment, so the live gap exists and gates the stages; without them, not."""
+    assert 'sim_bridge' not in build_graph('arm3', check_files=False).names()
+    data = yaml.safe_load((REPO / 'config' / 'robots' / 'arm3.yaml').read_text())
+    data['/**/sim_bridge']['ros__parameters']['joints'] = {'elbow_pitch': {'damping': 0.15}}
+    path = tmp_path / 'arm3_identified.yaml'
+    path.write_text(yaml.safe_dump(data))
+    names = build_graph(str(path), check_files=False).names()
+    assert 'sim_bridge' in names and 'friction_id' not in names, names
+    data['/**/sim_bridge']['ros__parameters'].pop('joints')
+    data['/**/sim_bridge']['ros__parameters']['latency_s'] = 0.004
+    path.write_text(yaml.safe_dump(data))
+    assert 'sim_bridge' in build_graph(str(path), check_files=False).names()
 
 
 def test_a_robot_file_is_skipped_for_the_files_it_names_not_for_its_name(tmp_path):
