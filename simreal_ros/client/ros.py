@@ -152,7 +152,8 @@ def find_supervisors(ros, settle=3.0):
     safety/state.
 
     Read from the topic endpoints the graph has discovered, until `settle` s pass without a
-    new one (at most 15 s).
+    new one once one is found (at most 15 s); with none found yet, up to SERVICE_WAIT_S: a
+    fresh process on a large graph discovers it in more than `settle` s.
     """
     found, last_new = set(), time.monotonic()
     deadline = time.monotonic() + 15.0
@@ -167,7 +168,8 @@ def find_supervisors(ros, settle=3.0):
         if now - found:
             found |= now
             last_new = time.monotonic()
-        if time.monotonic() - last_new >= settle:
+        quiet = time.monotonic() - last_new
+        if (found and quiet >= settle) or (not found and quiet >= max(settle, SERVICE_WAIT_S)):
             break
         time.sleep(0.1)
     return sorted(found)
