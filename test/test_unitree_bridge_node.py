@@ -151,6 +151,9 @@ def test_nothing_before_lowstate_then_damping_with_mode_machine_copied_and_arms_
         tap.close()
 
 
+MARGIN_S = 0.3   # a CI run saw 207 ms for a 100 ms timeout: delivery to this test's tap
+
+
 def test_a_frozen_robot_and_a_dead_supervisor_each_give_damping_on_the_wire(ros, wire,
                                                                              tmp_path):
     tap = Tap(wire)
@@ -166,7 +169,10 @@ def test_a_frozen_robot_and_a_dead_supervisor_each_give_damping_on_the_wire(ros,
             wait_for(lambda: any(damping(r, ARM_MOTORS) for _, r in tap.since(frozen)), 5,
                      what='damping on rt/lowcmd after the robot froze')
             t_damp = next(t for t, r in tap.since(frozen) if damping(r, ARM_MOTORS))
-            assert t_damp - frozen < 0.05 + 0.1, f'{(t_damp - frozen) * 1e3:.0f} ms'
+            # Bounds are behaviour, not latency (benches measure that): the timeout plus a
+            # scheduling margin a loaded 2-core CI machine keeps; without the watchdog the
+            # damping never comes and the wait above fails.
+            assert t_damp - frozen < 0.05 + MARGIN_S, f'{(t_damp - frozen) * 1e3:.0f} ms'
             assert any('LowState_' in json.loads(m.data)['cause'] for _, m in states.all())
             rig.signal('sim_robot', signal.SIGCONT)
             # The supervisor dies: damping within command_timeout_s (0.1 s) and a margin.
@@ -178,7 +184,7 @@ def test_a_frozen_robot_and_a_dead_supervisor_each_give_damping_on_the_wire(ros,
             wait_for(lambda: any(damping(r, ARM_MOTORS) for _, r in tap.since(killed)), 5,
                      what='damping on rt/lowcmd after the supervisor died')
             t_damp = next(t for t, r in tap.since(killed) if damping(r, ARM_MOTORS))
-            assert t_damp - killed < 0.1 + 0.1, f'{(t_damp - killed) * 1e3:.0f} ms'
+            assert t_damp - killed < 0.1 + MARGIN_S, f'{(t_damp - killed) * 1e3:.0f} ms'
             wait_for(lambda: 'heartbeat' in json.loads(states.all()[-1][1].data)['cause'], 5,
                      what='driver/state naming the silent heartbeat')
             # ... and it stays damping: never the last target (half a second of it).
