@@ -13,7 +13,8 @@ import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import Imu, JointState
 
-from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder, split_stamp
+from simreal_ros.core.cdr import (ImuEncoder, JointStateDecoder, JointStateEncoder,
+                                  decode_imu_orientation, split_stamp)
 
 # Names and frame_ids of every length modulo 8 move the arrays across the alignment cases.
 NAME_SETS = [[], ['a'], ['ab', 'abc'], ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch'],
@@ -99,3 +100,53 @@ def test_split_stamp():
     assert split_stamp(1.5) == (1, 500_000_000)
     assert split_stamp(1795468000.000000001) == (1795468000, 0)   # a double's resolution
     assert split_stamp(0.0) == (0, 0)
+
+
+def test_joint_state_decoder_reads_rclpys_bytes_in_every_alignment_case():
+    """The supervisor's input path: rclpy's own serialization read back field by field, one
+    decoder across streams whose frame_id and names change (the cached strings must not
+    outlive them)."""
+    rng = random.Random(11)
+    dec = JointStateDecoder()
+    for names in NAME_SETS:
+        for frame in FRAMES:
+            for present in itertools.product((False, True), repeat=3):
+                arrays = [np.array([rng.uniform(-1e3, 1e3) for _ in names])
+                          if p and names else None for p in present]
+                sec, nanosec = rng.randrange(-2**31, 2**31), rng.randrange(0, 10**9)
+                data = _reference(names, frame, sec, nanosec, arrays)
+                for _ in range(2):       # a new stream, then its cached strings
+                    got = dec.decode(data)
+                    assert got[:4] == (sec, nanosec, frame, tuple(names)), (names, frame)
+                    for values, back in zip(arrays, got[4:]):
+                        assert back.tolist() == ([] if values is None else values.tolist())
+
+
+def test_joint_state_decoder_same_length_other_names_and_bad_data():
+    dec = JointStateDecoder()
+    a = _reference(['ab', 'cd'], '', 1, 2, [np.array([1.0, 2.0]), None, None])
+    b = _reference(['ab', 'ce'], '', 1, 2, [np.array([3.0, 4.0]), None, None])
+    assert dec.decode(a)[3] == ('ab', 'cd')
+    assert dec.decode(b)[3] == ('ab', 'ce')      # same size, other bytes: read anew
+    assert dec.decode(a)[4].tolist() == [1.0, 2.0]
+    for bad in (a[:20], a[:-9], b'\x00\x00\x00\x00' + a[4:], b'\x00\x07\x00\x00' + a[4:],
+                b''):
+        with pytest.raises(ValueError):
+            JointStateDecoder().decode(bad)
+    # A truncated message whose strings match the cached ones is still refused.
+    with pytest.raises(ValueError):
+        dec.decode(a[:-9])
+
+
+def test_imu_orientation_decoder_reads_rclpys_bytes():
+    rng = random.Random(5)
+    for frame in FRAMES:
+        msg = Imu()
+        msg.header.frame_id = frame
+        msg.header.stamp.sec, msg.header.stamp.nanosec = 17, 42
+        q = [rng.uniform(-1, 1) for _ in range(4)]
+        msg.orientation.w, msg.orientation.x, msg.orientation.y, msg.orientation.z = q
+        data = serialize_message(msg)
+        assert decode_imu_orientation(data) == (17, 42, tuple(q)), frame
+        with pytest.raises(ValueError):
+            decode_imu_orientation(data[:12 + 4 + len(frame) + 1 + 8])

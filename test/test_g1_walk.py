@@ -80,3 +80,6 @@ def test_the_supervised_g1_walks_in_real_time(ros, g1_dir, tmp_path):
             f'{rig.state("estop_cause")!r} (before the walk: {bringup_estop!r})\n{rig.logs()}')
         # 0.5 m/s commanded: the reference covers ~0.49 m/s; half of it still means walking.
         assert distance > 0.25 * WALK_S, f'{distance:.2f} m in {WALK_S:g} s'
+        # The supervisor read every joint_states and imu sample of real DDS itself (core/cdr),
+        # none through rclpy's slower deserializer.
+        assert rig.state('inputs_via_rclpy') == 0, rig.state('inputs_via_rclpy')

@@ -154,3 +154,103 @@ class ImuEncoder:
             struct.pack('<4d', x, y, z, w), self._cov[0],
             struct.pack('<3d', *angular_velocity), self._cov[1],
             struct.pack('<3d', *linear_acceleration), self._cov[2]))
+
+
+_U32 = struct.Struct('<I')
+_ORIENTATION = struct.Struct('<4d')
+
+
+class _Reader:
+    """Reads XCDR1 little-endian fields from `data`, positions counted after the header."""
+
+    __slots__ = ('data', 'pos')
+
+    def __init__(self, data, pos=4):
+        self.data = data
+        self.pos = pos
+
+    def align(self, n):
+        self.pos += (-(self.pos - 4)) % n
+
+    def uint32(self):
+        self.align(4)
+        if self.pos + 4 > len(self.data):
+            raise ValueError('CDR data ends inside a length')
+        (value,) = _U32.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return value
+
+    def string(self):
+        size = self.uint32()
+        end = self.pos + size
+        if size == 0 or end > len(self.data) or self.data[end - 1] != 0:
+            raise ValueError('CDR string without its terminating NUL')
+        text = bytes(self.data[self.pos:end - 1]).decode('utf-8')
+        self.pos = end
+        return text
+
+    def doubles(self):
+        count = self.uint32()
+        if not count:
+            return np.empty(0)
+        self.align(8)
+        end = self.pos + 8 * count
+        if end > len(self.data):
+            raise ValueError('CDR data ends inside a double sequence')
+        values = np.frombuffer(self.data, dtype='<f8', count=count, offset=self.pos)
+        self.pos = end
+        return values
+
+
+def _check_header(data):
+    if len(data) < 12 or data[0:2] != ENCAPSULATION[0:2]:
+        raise ValueError(f'not XCDR1 little-endian data (header {bytes(data[0:4]).hex()})')
+
+
+class JointStateDecoder:
+    """sensor_msgs/JointState fields from the bytes rclpy takes raw, for the 500 Hz inputs.
+
+        dec = JointStateDecoder()
+        sec, nanosec, frame_id, names, position, velocity, effort = dec.decode(data)
+
+    `names` is a tuple; the arrays are read-only float64 views of `data` (empty when absent).
+    A stream's frame_id and names do not change, so their bytes are kept from the last message
+    and, when the next message starts with the same bytes, its strings are not read again
+    (the same bytes from the same start parse to the same strings and end at the same place).
+    Data that is not little-endian XCDR1 (another middleware's representation), or that ends
+    early, raises ValueError: the caller then deserializes it with rclpy.
+    """
+
+    def __init__(self):
+        self._head = None     # the frame_id and names bytes of the last message
+        self._strings = None  # (frame_id, names) parsed from them
+
+    def decode(self, data):
+        _check_header(data)
+        sec, nanosec = _STAMP.unpack_from(data, 4)
+        head = self._head
+        if head is not None and data[12:12 + len(head)] == head:
+            frame_id, names = self._strings
+            reader = _Reader(data, 12 + len(head))
+        else:
+            reader = _Reader(data, 12)
+            frame_id = reader.string()
+            names = tuple(reader.string() for _ in range(reader.uint32()))
+            self._head, self._strings = bytes(data[12:reader.pos]), (frame_id, names)
+        position = reader.doubles()
+        velocity = reader.doubles()
+        effort = reader.doubles()
+        return sec, nanosec, frame_id, names, position, velocity, effort
+
+
+def decode_imu_orientation(data):
+    """(sec, nanosec, (w, x, y, z)) of sensor_msgs/Imu bytes (ValueError as above)."""
+    _check_header(data)
+    sec, nanosec = _STAMP.unpack_from(data, 4)
+    reader = _Reader(data, 12)
+    reader.string()              # frame_id
+    reader.align(8)
+    if reader.pos + 32 > len(data):
+        raise ValueError('CDR data ends inside the orientation')
+    x, y, z, w = _ORIENTATION.unpack_from(data, reader.pos)
+    return sec, nanosec, (w, x, y, z)

@@ -207,6 +207,16 @@ class PolledSubscription:
                 return out
             out.append(taken[0])
 
+    def take_all_raw(self):
+        """Return the serialized bytes of every message waiting, oldest first (no message
+        objects: the caller decodes what it needs, core/cdr.py)."""
+        out = []
+        while True:
+            taken = self.handle.take_message(self.msg_type, True)
+            if taken is None:
+                return out
+            out.append(taken[0])
+
     def take_all_with_info(self):
         """Return [(message, message info)] waiting, oldest first; the info holds the
         middleware's `source_timestamp` (ns, when the publisher sent it, system clock)."""

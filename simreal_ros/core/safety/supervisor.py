@@ -368,6 +368,8 @@ class Supervisor:
         self._last_now = None
         self._last_wall = None
         self._state_since_tick = False   # a joint state accepted since the last counted tick
+        self._state_names = None           # the last joint_states names that passed the name
+        self._state_index = None           # checks, and where this robot's joints are in them
         self.slow_ticks = 0                # late ticks that had a new state (computed normally)
         self.bringup = Bringup()
         self.live_gap = LiveGapGate(cfg.live_gap_require, cfg.live_gap_max_age_s,
@@ -401,21 +403,25 @@ class Supervisor:
 
     def _check_state(self, names, position, velocity, stamp, now):
         """Return (reason or None, implausible?) and set self._q, self._dq when usable."""
-        names = [str(n) for n in names]
+        names = tuple(str(n) for n in names)
         position = np.asarray(position, dtype=float).reshape(-1)
         velocity = np.asarray(velocity, dtype=float).reshape(-1)
-        if len(set(names)) != len(names):
-            dup = sorted({n for n in names if names.count(n) > 1})
-            return f'joint_states names {dup} more than once', True
-        lookup = {n: i for i, n in enumerate(names)}
-        missing = [n for n in self.names if n not in lookup]
-        if missing:
-            return f'joint_states lacks {missing}', True
+        if names == self._state_names:   # a driver's names do not change: checked once
+            idx = self._state_index
+        else:
+            if len(set(names)) != len(names):
+                dup = sorted({n for n in names if names.count(n) > 1})
+                return f'joint_states names {dup} more than once', True
+            lookup = {n: i for i, n in enumerate(names)}
+            missing = [n for n in self.names if n not in lookup]
+            if missing:
+                return f'joint_states lacks {missing}', True
+            idx = np.array([lookup[n] for n in self.names], dtype=int)
+            self._state_names, self._state_index = names, idx
         if position.size != len(names) or velocity.size != len(names):
             return (f'joint_states needs position and velocity for every name '
                     f'({len(names)} names, {position.size} positions, '
                     f'{velocity.size} velocities)'), True
-        idx = [lookup[n] for n in self.names]
         q, dq = position[idx], velocity[idx]
         if not (np.isfinite(q).all() and np.isfinite(dq).all()):
             return 'joint_states has non-finite values', True
