@@ -94,6 +94,36 @@ def test_polled_subscription_takes_every_message_in_order():
 
 
 @pytest.mark.ros
+def test_hot_timer_callbacks_are_called_by_the_events_executor_with_a_known_signature():
+    import inspect
+    import time
+    import rclpy
+    from simreal_ros.nodes.common import hot_timer_callback
+    calls = []
+
+    class Owner:
+        def tick(self):
+            calls.append(time.monotonic())
+    callback = hot_timer_callback(Owner().tick)
+    assert inspect.signature(callback) == inspect.Signature()   # no TimerInfo asked for
+    rclpy.init()
+    try:
+        node = rclpy.create_node(f'hot_timer_{time.time_ns()}')
+        node.create_timer(0.002, callback)
+        executor, kind = make_executor('events')
+        assert kind == 'events'
+        executor.add_node(node)
+        deadline = time.monotonic() + 5
+        while len(calls) < 20 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        assert len(calls) >= 20
+        executor.shutdown()
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown()
+
+
+@pytest.mark.ros
 def test_supervisor_falls_back_to_callbacks_when_polling_is_unavailable(monkeypatch, tmp_path):
     # An rclpy whose internals differ (the system rclpy of an older ROS 2): the supervisor
     # must still start, with a callback per message, and say so.

@@ -133,6 +133,8 @@ def test_enable_command_nan_reset_disable_and_stale(ros, tmp_path):
                 cmd = probe.commands[-1]
                 return (cmd.header.stamp.sec, cmd.header.stamp.nanosec) in probe.state_stamps
         wait_for(stamped_from_a_state, 10, what='a command stamped with a joint_states stamp')
+        # Every joint_states message read from its bytes by the runner itself (core/cdr).
+        assert probe.value('inputs_via_rclpy') == '0', probe.diag
         # On the wall clock the enable aligned the tick phase to joint_states, once: each tick
         # falls align_lead_s before a message and computes when it arrives (align_mode await).
         diag_advances(probe, 'phase_alignments', 0)

@@ -112,6 +112,10 @@ def test_position_command_moves_the_joint_toward_its_target(arm):
     command_for(probe, 1.5, names=NAMES, position=[0.0, 0.5, 0.0])
     assert abs(probe.position('shoulder_pitch') - 0.5) < 0.1 < abs(start - 0.5)
     command_for(probe, 1.5, names=NAMES, position=[0.0, 0.0, 0.0])
+    # Read from the bytes by sim_robot itself (core/cdr), none through rclpy's deserializer.
+    wait_for(lambda: int(probe.diag_value('commands_received') or 0) > 0, 5,
+             what='commands_received in /diagnostics')
+    assert int(probe.diag_value('commands_via_rclpy')) == 0
 
 
 def test_hidden_coulomb_friction_holds_below_its_level_and_yields_above(arm):

@@ -254,3 +254,30 @@ def decode_imu_orientation(data):
         raise ValueError('CDR data ends inside the orientation')
     x, y, z, w = _ORIENTATION.unpack_from(data, reader.pos)
     return sec, nanosec, (w, x, y, z)
+
+
+class _Stamp:
+    __slots__ = ('sec', 'nanosec')
+
+    def __init__(self, sec, nanosec):
+        self.sec, self.nanosec = sec, nanosec
+
+
+class _Header:
+    __slots__ = ('stamp', 'frame_id')
+
+    def __init__(self, stamp, frame_id):
+        self.stamp, self.frame_id = stamp, frame_id
+
+
+class JointStateSample:
+    """A decoded joint_states message with the fields a JointState has (read-only use):
+    `header.stamp.sec`, `header.stamp.nanosec`, `header.frame_id`, `name` (a tuple),
+    `position`, `velocity`, `effort` (float64 arrays, empty when absent)."""
+
+    __slots__ = ('header', 'name', 'position', 'velocity', 'effort')
+
+    def __init__(self, decoded):
+        sec, nanosec, frame_id, names, position, velocity, effort = decoded
+        self.header = _Header(_Stamp(sec, nanosec), frame_id)
+        self.name, self.position, self.velocity, self.effort = names, position, velocity, effort

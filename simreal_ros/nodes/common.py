@@ -1,4 +1,5 @@
 """What every simreal_ros node shares: QoS profiles, parameter declaration, main()."""
+import inspect
 import math
 import os
 import sys
@@ -286,6 +287,23 @@ EXECUTOR_DOC = ("'events' (rclpy.experimental.EventsExecutor, the default: callb
                 "middleware's events, no wait set rebuilt per callback; bench/cpu_budget.py: "
                 "supervisor 72.6 % of a core instead of 86.9 %) or 'single' "
                 "(SingleThreadedExecutor); 'events' falls back to single where rclpy lacks it")
+
+
+_NO_ARGUMENTS = inspect.Signature()
+
+
+def hot_timer_callback(method):
+    """`method` as a timer callback whose signature is known in advance.
+
+    rclpy's executors (the EventsExecutor too) call inspect.signature on a timer's callback at
+    every firing, to see whether it takes a TimerInfo: 7.5 us for a bound method here, 1.2 us
+    for a function that carries its __signature__. At 500 Hz that is 0.3 % of a core for
+    nothing; the 500 Hz timers use this.
+    """
+    def callback():
+        return method()
+    callback.__signature__ = _NO_ARGUMENTS
+    return callback
 
 
 def make_executor(kind='events'):

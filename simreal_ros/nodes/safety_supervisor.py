@@ -78,8 +78,8 @@ from simreal_ros.core.safety.stages import RecordWriter
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_SUB_QOS,
                                       PolledSubscription, PublisherWatch, declare, declare_names,
-                                      declare_priority, declare_rogue_parameters, diag_name, run,
-                                      stamp_to_sec)
+                                      declare_priority, declare_rogue_parameters, diag_name,
+                                      hot_timer_callback, run, stamp_to_sec)
 
 ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'supervised joints (names as in joint_states)'),
@@ -245,7 +245,8 @@ class SafetySupervisor(Node):
                             callback_group=services)
         self.create_service(Trigger, 'safety/go_default', self._srv_go_default,
                             callback_group=services)
-        self.create_timer(cfg.period_s, self._tick, callback_group=control)
+        self.create_timer(cfg.period_s, hot_timer_callback(self._tick),
+                          callback_group=control)
         self.create_timer(1.0 / p['state_rate_hz'], self._publish_state, callback_group=services)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=services)
         # A liveness signal of this process: on the steady clock, whatever ROS time does (a

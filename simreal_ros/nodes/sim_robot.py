@@ -53,18 +53,20 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.serialization import deserialize_message
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import String
 
 from simreal_ros.core import unitree
-from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder, split_stamp
+from simreal_ros.core.cdr import ImuEncoder, JointStateDecoder, JointStateEncoder, split_stamp
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
                                       PublisherWatch, declare, declare_names, declare_priority,
-                                      declare_rogue_parameters, diag_name, run)
+                                      declare_rogue_parameters, diag_name,
+                                      hot_timer_callback, run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -123,7 +125,7 @@ class SimRobot(Node):
 
         self.counters = dict(commands_received=0, commands_rejected=0, ticks=0, overruns=0,
                              commands_without_heartbeat=0, heartbeat_losses=0,
-                             commands_while_rogue=0, rogue_spells=0)
+                             commands_while_rogue=0, rogue_spells=0, commands_via_rclpy=0)
         self.rogues, self.rogue_why = [], ''
         self.command_timeout = p['command_timeout_s']
         self._heartbeat = None      # steady time of the supervisor's last heartbeat
@@ -149,8 +151,11 @@ class SimRobot(Node):
             self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
             self.pub_imu = (self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
                             if self.plant.floating_base else None)
-            self.create_subscription(JointState, 'hardware/command', self._on_command,
-                                     COMMAND_QOS, callback_group=group)
+            # Taken as bytes and read directly (core/cdr.py), as the supervisor reads its
+            # inputs: no message object per command at 500 Hz.
+            self._command_decoder = JointStateDecoder()
+            self.create_subscription(JointState, 'hardware/command', self._on_command_raw,
+                                     COMMAND_QOS, callback_group=group, raw=True)
             self.rogue_action = p['rogue_publisher_action']
             self.command_watch = PublisherWatch(
                 self, 'hardware/command',
@@ -180,7 +185,8 @@ class SimRobot(Node):
         if self.lockstep:
             self._lockstep_start(group)
         elif self.rtf > 0:
-            self.create_timer(self.period / self.rtf, self._tick, callback_group=group,
+            self.create_timer(self.period / self.rtf, hot_timer_callback(self._tick),
+                              callback_group=group,
                               clock=self._steady)
         else:
             self._thread = threading.Thread(target=self._free_run, daemon=True)
@@ -368,7 +374,18 @@ class SimRobot(Node):
             self.get_logger().warning('hardware/command: publishers as allowed again')
         self._report_driver_state(self.plant.damped)
 
-    def _on_command(self, msg):
+    def _on_command_raw(self, data):
+        try:
+            sec, nanosec, _, names, position, velocity, effort = \
+                self._command_decoder.decode(data)
+        except ValueError:   # bytes core/cdr does not read (another representation)
+            self.counters['commands_via_rclpy'] += 1
+            msg = deserialize_message(data, JointState)
+            sec, nanosec = msg.header.stamp.sec, msg.header.stamp.nanosec
+            names, position, velocity, effort = msg.name, msg.position, msg.velocity, msg.effort
+        self._on_command(names, position, velocity, effort, sec * 1_000_000_000 + nanosec)
+
+    def _on_command(self, names, position, velocity, effort, stamp_ns):
         self.counters['commands_received'] += 1
         if self.rogues and self.rogue_action == 'estop':
             self.counters['commands_while_rogue'] += 1
@@ -378,7 +395,7 @@ class SimRobot(Node):
             self.counters['commands_without_heartbeat'] += 1
             return
         try:
-            cmd = self.plant.make_command(msg.name, msg.position, msg.velocity, msg.effort)
+            cmd = self.plant.make_command(names, position, velocity, effort)
         except ValueError as exc:
             self.counters['commands_rejected'] += 1
             self.last_reject = str(exc)
@@ -386,7 +403,7 @@ class SimRobot(Node):
                                    throttle_duration_sec=2.0)
             return
         if self.lockstep:
-            self._lockstep_command(cmd, msg)
+            self._lockstep_command(cmd, stamp_ns)
             return
         with self._lock:
             self.plant.submit(cmd, self._arrival_time())
@@ -604,11 +621,10 @@ class SimRobot(Node):
         self._lockstep_since = time.monotonic()
         self._publish(self._lockstep_reading)
 
-    def _lockstep_command(self, cmd, msg):
+    def _lockstep_command(self, cmd, stamp_ns):
         with self._lock:
             self.plant.submit(cmd, self.plant.time)
-            stamp = rclpy.time.Time.from_msg(msg.header.stamp).nanoseconds
-            if stamp >= self._lockstep_stamp_ns():
+            if stamp_ns >= self._lockstep_stamp_ns():
                 self._lockstep_advance()
 
     def _lockstep_advance(self):
