@@ -117,6 +117,17 @@ def test_the_arm_moves_through_the_bridge_and_a_corrupted_command_is_ignored(ros
                     for _, m in rig.joint_states.since(t_bad))
         assert moved < 0.01, f'the arm followed a command with a bad CRC ({moved:.3f} rad)'
 
+        def bridge_values():
+            for _, msg in reversed(diags.all()):
+                for st in msg.status:
+                    values = {kv.key: kv.value for kv in st.values}
+                    if 'lowcmd_rate_hz' in values:
+                        return values
+            return None
+        # The bridge read every hardware/command from its bytes (core/cdr), none via rclpy.
+        wait_for(bridge_values, 5, what="the bridge's diagnostics")
+        assert bridge_values()['commands_via_rclpy'] == '0', bridge_values()
+
 
 def test_nothing_before_lowstate_then_damping_with_mode_machine_copied_and_arms_held(
         ros, wire):

@@ -28,12 +28,13 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from simreal_ros.core import unitree
-from simreal_ros.core.cdr import ImuEncoder, JointStateEncoder
+from simreal_ros.core.cdr import ImuEncoder, JointStateDecoder, JointStateEncoder
 from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
@@ -71,7 +72,7 @@ class UnitreeBridge(Node):
                                          depth=8)
         self.counters = dict(write_errors=0, remote_service_calls=0,
                              remote_service_unavailable=0, commands_while_rogue=0,
-                             rogue_spells=0)
+                             rogue_spells=0, commands_via_rclpy=0)
         self.last_reject = ''
         self.last_error = ''
         self._pending_remote = None      # 'estop' / 'reset' not yet delivered to the supervisor
@@ -88,14 +89,17 @@ class UnitreeBridge(Node):
         self.pub_driver = self.create_publisher(String, 'driver/state', LATCHED_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._polled = []
+        self._command_decoder = JointStateDecoder()
         poll = p['poll_inputs']
         if poll:
             # Taken at the start of each tick: one executor callback per period instead of
             # one per command (500 Hz) and heartbeat as well (as the supervisor's poll_inputs).
             try:
+                # As bytes: the commands read directly (core/cdr.py), the heartbeat's content
+                # not read at all (its arrival is the beat).
                 self._polled = [
                     (PolledSubscription(self, JointState, 'hardware/command', COMMAND_QOS),
-                     self._on_command),
+                     self._on_command_raw),
                     (PolledSubscription(self, DiagnosticStatus, 'safety/heartbeat',
                                         COMMAND_QOS), self._on_heartbeat)]
             except (AttributeError, ImportError, TypeError) as exc:
@@ -217,14 +221,25 @@ class UnitreeBridge(Node):
         else:
             self.get_logger().warning('hardware/command: publishers as allowed again')
 
+    def _on_command_raw(self, data):
+        try:
+            _, _, _, names, position, velocity, effort = self._command_decoder.decode(data)
+        except ValueError:   # bytes core/cdr does not read (another representation)
+            self.counters['commands_via_rclpy'] += 1
+            self._on_command(deserialize_message(data, JointState))
+            return
+        self._command(names, position, velocity, effort)
+
     def _on_command(self, msg):
+        self._command(msg.name, msg.position, msg.velocity, msg.effort)
+
+    def _command(self, names, position, velocity, effort):
         if self.rogues and self.rogue_action == 'estop':
             # Every command refused while a rogue publishes: the command timeout damps.
             self.counters['commands_while_rogue'] += 1
             return
         try:
-            self.core.command(msg.name, msg.position, msg.velocity, msg.effort,
-                              time.monotonic())
+            self.core.command(names, position, velocity, effort, time.monotonic())
         except ValueError as exc:
             self.core.counters['commands_rejected'] += 1
             self.last_reject = str(exc)
@@ -237,8 +252,8 @@ class UnitreeBridge(Node):
     # -- the loop -------------------------------------------------------------------------
     def _tick(self):
         for sub, handler in self._polled:
-            for msg in sub.take_all():
-                handler(msg)
+            for data in sub.take_all_raw():
+                handler(data)
         now = time.monotonic()
         newest = None
         for rec in self.lowstate.take():
