@@ -11,9 +11,11 @@ each its own process as in a deployment; the bench holds cmd_vel at the referenc
 
 The floor is a relay written the plain way a user would (SingleThreadedExecutor, a timer at the
 supervisor's rate, a subscription to joint_states, a JointState command published each tick),
-run as its own process at the supervisor's priority in the same run, just before the walk,
-with sim_robot streaming joint_states and nothing else of the graph (`relay_floor_hz` says
-whether it kept its rate): `supervisor_over_floor` is the supervisor's CPU over the relay's.
+run as its own process at the supervisor's priority in the same run, half its time just
+before the walk and half just after it (`relay_floor_before_after`; the relay's cost here moved
+by a third between runs minutes apart), with sim_robot streaming joint_states and nothing else
+of the graph (`relay_floor_hz` says whether it kept its rate): `supervisor_over_floor` is the
+supervisor's CPU over the relay's mean.
 
 --load N starts N busy processes (each ends by itself after the run's time plus a margin, and
 the bench ends them) during the walk and reports `distance_m`, `falls`, `stale_ticks`,
@@ -180,21 +182,33 @@ def main():
     procs, busy = {}, []
     summary = {'seconds': duration, 'load': args.load, 'overrides': overrides}
     try:
-        # The floor first, with sim_robot streaming joint_states (in its gantry) and nothing
-        # else of the graph: run beside the walk, the relay competed with the nodes it is the
+        # The floor around the walk, with sim_robot streaming joint_states (in its gantry
+        # before, after the walk on its own) and nothing else of the graph: run beside the
+        # walk, the relay competed with the nodes it is the
         # measure of (at their priority the G1 fell; below it, it was starved to 150 Hz).
         procs['sim_robot'] = NodeProcess('sim_robot', params_file=CONFIG, extra_args=extra)
         wait_for(lambda: len(poses) > 100, 60, what='base pose from sim_robot')
-        relay = subprocess.Popen([sys.executable, __file__, '--relay', str(rate)], cwd=REPO)
-        wait_for(lambda: relayed[0] > 100, 60, what='the relay floor publishing')
-        floor_s = min(duration, FLOOR_S)
-        relay_cpu0, relay_wall0, relayed0 = cpu_seconds(relay.pid), time.monotonic(), relayed[0]
-        time.sleep(floor_s)
-        relay_wall = time.monotonic() - relay_wall0
-        relay_cpu = round(100 * (cpu_seconds(relay.pid) - relay_cpu0) / relay_wall, 1)
-        relay_hz = (relayed[0] - relayed0) / relay_wall
-        relay.send_signal(2)
-        relay.wait(timeout=10)
+        floor_s = min(duration, FLOOR_S) / 2
+        relays = []
+
+        def measure_floor():
+            """Half the floor's time in its own process; the other half after the walk: this
+            machine's relay cost moved by a third between runs minutes apart (load from other
+            jobs), so the floor brackets the walk it is compared with."""
+            relay = subprocess.Popen([sys.executable, __file__, '--relay', str(rate)],
+                                     cwd=REPO)
+            relays.append(relay)
+            start = relayed[0]
+            wait_for(lambda: relayed[0] > start + 100, 60, what='the relay floor publishing')
+            cpu0, wall0, count0 = cpu_seconds(relay.pid), time.monotonic(), relayed[0]
+            time.sleep(floor_s)
+            wall = time.monotonic() - wall0
+            result = (100 * (cpu_seconds(relay.pid) - cpu0) / wall,
+                      (relayed[0] - count0) / wall, wall)
+            relay.send_signal(2)
+            relay.wait(timeout=10)
+            return result
+        floors = [measure_floor()]
         for name in NODES[1:]:
             procs[name] = NodeProcess(name, params_file=CONFIG, extra_args=extra)
         assert enable.wait_for_service(timeout_sec=60), procs['policy_runner'].output()
@@ -219,20 +233,29 @@ def main():
                for n, pid in pids.items()}
         for p in busy:
             p.kill()
-        run = [p for p in poses if p[0] >= start_pose[0]]
-        wait_for(lambda: 'policy_runner: loop' in diag, 5, what='policy_runner diagnostics')
-        loop = diag['policy_runner: loop']
-        state = json.loads(safety[-1]) if safety else {}
+        # Whether a node ended by itself during the walk (before the bench stops two of them).
+        exited_early = [n for n, p in procs.items() if p.proc.poll() is not None]
+        walk_diag, walk_safety = dict(diag), list(safety)
+        run = [p for p in poses if p[0] >= start_pose[0]]   # the walk's poses only
+        for name in NODES[:0:-1]:       # sim_robot streams on for the second half of the floor
+            procs[name].stop()
+        floors.append(measure_floor())
+        relay_cpu = round(sum(f[0] for f in floors) / len(floors), 1)
+        relay_hz = sum(f[1] for f in floors) / len(floors)
+        relay_wall = sum(f[2] for f in floors)
+        loop = walk_diag.get('policy_runner: loop', {})
+        state = json.loads(walk_safety[-1]) if walk_safety else {}
         z = [p[3] for p in run]
         summary.update(
             seconds=round(wall, 1), machine_load=machine_load(),
             cpu_percent={n: cpu[n] for n in NODES},
             relay_floor_cpu_percent=relay_cpu, relay_floor_hz=round(relay_hz, 1),
             relay_floor_seconds=round(relay_wall, 1),
+            relay_floor_before_after=[round(f[0], 1) for f in floors],
             supervisor_over_floor=(round(cpu['safety_supervisor'] / relay_cpu, 2)
                                    if relay_cpu > 0 else None),
             executor={name.split(':')[0]: values['executor']
-                      for name, values in diag.items() if 'executor' in values},
+                      for name, values in walk_diag.items() if 'executor' in values},
             loop_period_err_p99_ms=float(loop.get('period_err_ms_p99', 'nan')),
             e2e_p99_ms=float(loop.get('e2e_latency_ms_p99', 'nan')),
             distance_m=round(float(((run[-1][1] - start_pose[1]) ** 2
@@ -243,7 +266,7 @@ def main():
             grace_holds=state.get('grace_holds'),
             supervisor={k: state.get(k) for k in ('estop', 'estop_cause', 'output',
                                                   'safe_reason')})
-        exited = [n for n, p in procs.items() if p.proc.poll() is not None]
+        exited = [n for n in exited_early if n]
         if exited:
             summary['exited'] = exited
     finally:
@@ -254,12 +277,13 @@ def main():
         spinner.stop()
         for p in procs.values():
             p.stop()
-        if 'relay' in locals() and relay.poll() is None:
-            relay.send_signal(2)
-            try:
-                relay.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                relay.kill()
+        for relay in relays if 'relays' in locals() else []:
+            if relay.poll() is None:
+                relay.send_signal(2)
+                try:
+                    relay.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    relay.kill()
         rclpy.try_shutdown()
     print(json.dumps(summary))
     return 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CPU cost of one publish of the 500 Hz messages: a message object vs bytes (core/cdr.py).
+"""The CPU cost of one publish and one read of the 500 Hz messages: message objects vs bytes.
 
     .venv/bin/python bench/publish_cost.py [--count 5000] [--joints 12]
 
@@ -7,8 +7,14 @@ Times, in this process, what safety_supervisor and sim_robot do per message: bui
 JointState (or Imu) and `publish(msg)` (rclpy converts it field by field), against
 `publish(bytes)` of core/cdr.py's encoding (rclpy's publish_raw). No subscriber is matched,
 so what is timed is the Python and conversion work, not the transport (whose cost per
-matched reader bench/cpu_budget.py's whole-graph figures include). The last line printed is
-a JSON summary (microseconds per message, the median of 5 rounds).
+matched reader bench/cpu_budget.py's whole-graph figures include).
+
+The read side times what a subscriber does with each message it takes: rclpy's message object
+(`deserialize_message`, what a callback or `take_message(raw=False)` makes, and the fields
+read) against the same bytes read by core/cdr.py's JointStateDecoder and
+decode_imu_orientation (safety_supervisor's joint_states and imu; sim_robot and
+unitree_bridge read hardware/command, policy_runner joint_states, the same way). The last line
+printed is a JSON summary (microseconds per message, the median of 5 rounds).
 """
 import argparse
 import json
@@ -77,6 +83,33 @@ def main():
     def imu_raw(i):
         pub_imu.publish(imu_enc.encode(i, 0, quat, gyro, acc))
 
+    from rclpy.serialization import deserialize_message, serialize_message
+    from simreal_ros.core.cdr import JointStateDecoder, decode_imu_orientation
+    sample = JointState(name=names)
+    sample.position, sample.velocity, sample.effort = q.tolist(), q.tolist(), q.tolist()
+    js_bytes = serialize_message(sample)
+    imu_sample = Imu()
+    imu_sample.header.frame_id = 'pelvis'
+    imu_sample.orientation.w = 1.0
+    imu_bytes = serialize_message(imu_sample)
+    decoder = JointStateDecoder()
+
+    def read_message(i):
+        msg = deserialize_message(js_bytes, JointState)
+        return (msg.header.stamp.sec, msg.header.stamp.nanosec, msg.name, msg.position,
+                msg.velocity)
+
+    def read_bytes(i):
+        return decoder.decode(js_bytes)
+
+    def read_imu_message(i):
+        msg = deserialize_message(imu_bytes, Imu)
+        o = msg.orientation
+        return msg.header.stamp.sec, msg.header.stamp.nanosec, (o.w, o.x, o.y, o.z)
+
+    def read_imu_bytes(i):
+        return decode_imu_orientation(imu_bytes)
+
     summary = {'joints': args.joints, 'count': args.count,
                'joint_state_message_us': per_call(message, args.count),
                'joint_state_bytes_us': per_call(raw, args.count),
@@ -85,6 +118,13 @@ def main():
     summary['saved_at_500hz_percent_of_a_core'] = round(
         500 * ((summary['joint_state_message_us'] - summary['joint_state_bytes_us'])
                + (summary['imu_message_us'] - summary['imu_bytes_us'])) * 1e-4, 2)
+    summary.update(joint_state_read_message_us=per_call(read_message, args.count),
+                   joint_state_read_bytes_us=per_call(read_bytes, args.count),
+                   imu_read_message_us=per_call(read_imu_message, args.count),
+                   imu_read_bytes_us=per_call(read_imu_bytes, args.count))
+    summary['read_saved_at_500hz_percent_of_a_core'] = round(
+        500 * ((summary['joint_state_read_message_us'] - summary['joint_state_read_bytes_us'])
+               + (summary['imu_read_message_us'] - summary['imu_read_bytes_us'])) * 1e-4, 2)
     node.destroy_node()
     rclpy.try_shutdown()
     print(json.dumps(summary))
