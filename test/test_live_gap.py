@@ -295,3 +295,13 @@ def test_an_error_holds_until_the_gap_is_back_below_warn_for_persist_windows(arm
     ratios = [9, 9, 9, 9, 4, 9, 2, 2, 2, 4, 2, 2, 2, 2, 4]
     got = [sg.level(2, r) for r in ratios]
     assert got == ['WARN'] * 3 + ['ERROR'] * 10 + ['OK', 'WARN']
+
+
+def test_an_untrusted_live_gap_refuses_promotion_until_its_publishers_keep_their_rule():
+    r = Rig(stage_dwell_s=[0.1], **{'live_gap.require': 'true'})
+    clean(r, 0.3, gap=lambda t: doc(t))
+    r.sup.live_gap.untrusted = '/rogue publish sim_bridge/live_gap, which only /sim_bridge may'
+    ok, why = r.sup.advance_stage(r.t)
+    assert not ok and why.startswith('live gap not trusted: /rogue'), why
+    r.sup.live_gap.untrusted = ''
+    assert r.sup.advance_stage(r.t)[0]

@@ -198,3 +198,40 @@ def test_no_hardware_driver_has_the_plant_change():
     folder = Path(nodes.__file__).parent
     users = sorted(p.name for p in folder.glob('*.py') if 'plant_change' in p.read_text())
     assert users == ['sim_robot.py'], users
+
+
+def test_a_node_that_should_not_publish_the_live_gap_refuses_promotion_not_the_robot(ros):
+    """A fake OK from a node outside live_gap.publishers: named, no promotion while it
+    publishes, but no e-stop and no refused reset (the live gap moves nothing); once it is
+    gone the publishers are trusted again."""
+    names = load_node_params(ARM3, 'sim_robot')['joint_names']
+    with Rig(ARM3, supervisor={'live_gap.require': 'true',
+                               'live_gap.publishers': ['sim_bridge']}) as rig:
+        rig.wait_forwarding()
+        pub = rig.node.create_publisher(String, 'sim_bridge/live_gap', LATCHED_QOS)
+        stop = threading.Event()
+
+        def fake_ok():
+            while not stop.is_set():
+                doc = {'stamp': time.time(), 'status': 'OK', 'identified': True,
+                       'joints': {n: {'status': 'OK', 'gap_over_floor': 1.0} for n in names},
+                       'worst_joint': names[0], 'reason': 'a rogue says OK'}
+                pub.publish(String(data=json.dumps(doc)))
+                stop.wait(0.2)
+        thread = threading.Thread(target=fake_ok, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: 'not trusted' in (rig.state('live_gap')['refusal'] or ''), 15,
+                     interval=0.2, what='the live gap distrusted')
+            assert rig.node.get_name() in rig.state('live_gap')['untrusted']
+            resp = rig.call('advance_stage')
+            assert not resp.success and 'live gap not trusted' in resp.message, resp.message
+            assert not rig.state('estop'), rig.state('estop_cause')
+            assert rig.call('reset').success      # nothing latched, nothing refused
+        finally:
+            stop.set()
+            thread.join(2)
+        rig.node.destroy_publisher(pub)
+        wait_for(lambda: not rig.state('live_gap')['untrusted'], 15, interval=0.2,
+                 what='the live gap publishers trusted again')
+        assert 'not trusted' not in (rig.state('live_gap')['refusal'] or '')

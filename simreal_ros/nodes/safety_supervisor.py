@@ -232,6 +232,9 @@ class SafetySupervisor(Node):
         if cfg.use_imu:
             rules.append(('imu', p['driver_publishers']))
         rules.append(('policy/command', p['policy_publishers']))
+        self._live_gap_topic = p['live_gap.topic']
+        if self._live_gap_topic:
+            rules.append((self._live_gap_topic, p['live_gap.publishers']))
         self.watches = [
             PublisherWatch(self, topic, PublisherRule(topic, allowed, own, ns),
                            lambda rogues, why, t=topic: self._on_rogues(t, rogues, why),
@@ -390,9 +393,15 @@ class SafetySupervisor(Node):
         p['policy_publishers'] = declare_names(
             self, 'policy_publishers', 'nodes that may publish policy/command (as '
             'driver_publishers); empty (the default): any one node, normally policy_runner')
+        p['live_gap.publishers'] = declare_names(
+            self, 'live_gap.publishers', 'nodes that may publish live_gap.topic (as '
+            'driver_publishers); empty (the default): any one node, normally sim_bridge. A '
+            'rogue there is named and refuses every promotion while it publishes (a fake OK '
+            'could otherwise earn a stage); it is not an e-stop: the live gap moves nothing')
         p['rogue_publisher_action'], p['publisher_check_period_s'] = declare_rogue_parameters(
-            self, 'hardware/command, joint_states, imu and policy/command',
-            'a latched e-stop naming it; reset refused while it is there')
+            self, 'hardware/command, joint_states, imu, policy/command and live_gap.topic',
+            'a latched e-stop naming it; reset refused while it is there (live_gap.topic: '
+            'promotions refused instead)')
         p['poll_inputs'] = declare(
             self, 'poll_inputs', True, 'take joint_states and imu at the start of each tick '
             '(every sample waiting, in order) instead of one executor callback per message: '
@@ -598,12 +607,17 @@ class SafetySupervisor(Node):
     # -- services ---------------------------------------------------------------------------
     def _on_rogues(self, topic, rogues, why):
         """The publishers of `topic` broke (rogues) or again keep (none) their rule."""
+        if topic == self._live_gap_topic:
+            with self._lock:
+                self.core.live_gap.untrusted = why if rogues else ''
         if not rogues:
             self._rogues.pop(topic, None)
             self.get_logger().warning(f'publishers of {topic} as allowed again')
             return
         self._rogues[topic] = (rogues, why)
         self.get_logger().error(f'rogue publisher: {why}')
+        if topic == self._live_gap_topic:
+            return   # no e-stop: promotions are refused while it lasts (see above)
         if self.rogue_action == 'estop':
             now = self._now()
             with self._lock:
@@ -623,10 +637,12 @@ class SafetySupervisor(Node):
         return response
 
     def _srv_reset(self, request, response):
-        if self._rogues:
+        blocking = [why for topic, (_, why) in self._rogues.items()
+                    if topic != self._live_gap_topic]   # that one refuses promotions only
+        if blocking:
             response.success = False
-            response.message = ('reset refused: rogue publisher still there: ' + '; '.join(
-                why for _, why in self._rogues.values()))
+            response.message = 'reset refused: rogue publisher still there: ' + '; '.join(
+                blocking)
             self.get_logger().warning(response.message)
             return response
         with self._lock:

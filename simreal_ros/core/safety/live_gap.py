@@ -58,6 +58,7 @@ class LiveGapGate:
         self.last_malformed = ''
         self.error_since = None     # start of the current ERROR spell
         self.actions = 0            # drift actions taken
+        self.untrusted = ''         # why the topic's publishers break their rule ('' = they keep it)
         self._acted_at = None
 
     @property
@@ -98,6 +99,10 @@ class LiveGapGate:
         """Why a promotion must be refused now, or None (also None when not required)."""
         if not self.required:
             return None
+        if self.untrusted:
+            # A node that should not publish the live gap does (a rogue could say OK): what
+            # arrives cannot earn a stage until the publishers keep their rule again.
+            return f'live gap not trusted: {self.untrusted}'
         if self.doc is None:
             return ('live gap unknown: no value from the shadow model (sim_bridge/live_gap) '
                     'yet; a stage is earned only while the identified model describes the '
@@ -150,7 +155,8 @@ class LiveGapGate:
                 'worst_joint': doc.get('worst_joint'),
                 'gap_over_floor': doc.get('gap_over_floor'),
                 'age_s': None if math.isinf(age) else round(age, 3),
-                'refusal': self.refusal(now), 'drift_action': self.drift_action,
+                'refusal': self.refusal(now), 'untrusted': self.untrusted,
+                'drift_action': self.drift_action,
                 'drift_actions': self.actions, 'received': self.received,
                 'malformed': self.malformed}
 
