@@ -434,3 +434,25 @@ def test_a_stopped_driver_does_not_stall_the_supervisor(ros, tmp_path):
             wait_for(lambda: rig.state('ticks') > ticks + 100, 5, what='ticks after the stop')
             # Its own loop ran on through the stop (a few periods, not seconds).
             assert rig.state('max_tick_gap_ms') < 150, (attempt, rig.state('max_tick_gap_ms'))
+
+
+def test_malformed_joint_states_bytes_are_dropped_and_counted_not_fatal(ros, tmp_path):
+    """Bytes neither core/cdr nor rclpy can read (a DDS writer sending malformed CDR, here an
+    allowed driver so no rogue rule steps in): dropped, counted (inputs_undecodable), and the
+    supervisor goes on supervising with the good stream."""
+    from simreal_ros.client.rig import ARM3, Rig
+    with Rig(ARM3, tmp=str(tmp_path),
+             supervisor={'driver_publishers': ['sim_robot', 'malformed_driver']}) as rig:
+        rig.wait_forwarding()
+        node = rclpy.create_node('malformed_driver')
+        try:
+            pub = node.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+            wait_for(lambda: pub.get_subscription_count() > 0, 30, what='the supervisor')
+            bad = b'\x00\x01\x00\x00' + b'\x00' * 8 + b'\xff\xff\xff\x7f'  # a 2 GB frame_id
+            wait_for(lambda: pub.publish(bad) or (rig.state('inputs_undecodable') or 0) >= 5,
+                     15, interval=0.05, what='malformed samples counted')
+            assert rig.sup.proc.poll() is None, 'the supervisor died'
+            assert not rig.state('estop'), rig.state('estop_cause')
+            rig.wait_forwarding()
+        finally:
+            node.destroy_node()

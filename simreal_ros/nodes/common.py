@@ -292,6 +292,16 @@ EXECUTOR_DOC = ("'events' (rclpy.experimental.EventsExecutor, the default: callb
 _NO_ARGUMENTS = inspect.Signature()
 
 
+def deserialize_or_none(data, msg_type):
+    """rclpy's message from bytes core/cdr.py could not read, or None when rclpy cannot
+    either (malformed data from a DDS writer: the caller counts it, and its watchdog sees a
+    missing sample rather than the node dying mid-tick)."""
+    try:
+        return deserialize_message(data, msg_type)
+    except Exception:  # noqa: BLE001 - rclpy raises several kinds for bad data
+        return None
+
+
 def hot_timer_callback(method):
     """`method` as a timer callback whose signature is known in advance.
 

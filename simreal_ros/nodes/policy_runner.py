@@ -54,7 +54,6 @@ from geometry_msgs.msg import Twist
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_srvs.srv import SetBool, Trigger
 
@@ -64,8 +63,8 @@ from simreal_ros.core.observation import term_parameters
 from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTiming,
                                      PhaseAligner, PolicyController, StartPhase)
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, SENSOR_SUB_QOS,
-                                      PolledSubscription, declare, declare_priority, diag_name,
-                                      run, stamp_to_sec)
+                                      PolledSubscription, declare, declare_priority,
+                                      deserialize_or_none, diag_name, run, stamp_to_sec)
 
 
 ALIGN_EARLY_S = 0.0012   # see _schedule_alignment
@@ -96,7 +95,7 @@ class PolicyRunner(Node):
         self.lockstep = bool(params['lockstep'])
         self.enabled = False
         self.counters = dict(ticks=0, published=0, stale_ticks=0, bad_input=0, non_finite=0,
-                             inputs_via_rclpy=0,
+                             inputs_via_rclpy=0, inputs_undecodable=0,
                              resets=0, lockstep_steps=0, phase_alignments=0, awaited_ticks=0,
                              await_timeouts=0, late_inputs_used=0, future_stamped=0,
                              duplicate_names=0, missing_velocity=0, cmd_vel_received=0,
@@ -285,7 +284,11 @@ class PolicyRunner(Node):
             msg = JointStateSample(self._state_decoder.decode(data))
         except ValueError:   # bytes core/cdr does not read (another representation)
             self.counters['inputs_via_rclpy'] += 1
-            msg = deserialize_message(data, JointState)
+            msg = deserialize_or_none(data, JointState)
+            if msg is None:      # malformed: dropped and counted; staleness does the rest
+                self.counters['inputs_undecodable'] += 1
+                self._warn('undecodable', 'joint_states: a malformed sample was dropped')
+                return
         self._on_joint_states(msg)
 
     def _on_joint_states(self, msg):

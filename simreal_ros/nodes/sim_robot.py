@@ -53,7 +53,6 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.serialization import deserialize_message
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import String
@@ -65,8 +64,8 @@ from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
                                       PublisherWatch, declare, declare_names, declare_priority,
-                                      declare_rogue_parameters, diag_name,
-                                      hot_timer_callback, run)
+                                      declare_rogue_parameters, deserialize_or_none,
+                                      diag_name, hot_timer_callback, run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -380,7 +379,11 @@ class SimRobot(Node):
                 self._command_decoder.decode(data)
         except ValueError:   # bytes core/cdr does not read (another representation)
             self.counters['commands_via_rclpy'] += 1
-            msg = deserialize_message(data, JointState)
+            msg = deserialize_or_none(data, JointState)
+            if msg is None:   # malformed: refused as any bad command is
+                self.counters['commands_rejected'] += 1
+                self.last_reject = 'hardware/command: malformed CDR'
+                return
             sec, nanosec = msg.header.stamp.sec, msg.header.stamp.nanosec
             names, position, velocity, effort = msg.name, msg.position, msg.velocity, msg.effort
         self._on_command(names, position, velocity, effort, sec * 1_000_000_000 + nanosec)

@@ -28,7 +28,6 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -39,7 +38,8 @@ from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
                                       PolledSubscription, PublisherWatch, declare, declare_names,
-                                      declare_priority, declare_rogue_parameters, diag_name, run)
+                                      declare_priority, declare_rogue_parameters,
+                                      deserialize_or_none, diag_name, run)
 
 SHUTDOWN_DAMPING_SENDS = 10
 
@@ -226,7 +226,12 @@ class UnitreeBridge(Node):
             _, _, _, names, position, velocity, effort = self._command_decoder.decode(data)
         except ValueError:   # bytes core/cdr does not read (another representation)
             self.counters['commands_via_rclpy'] += 1
-            self._on_command(deserialize_message(data, JointState))
+            msg = deserialize_or_none(data, JointState)
+            if msg is None:   # malformed: refused as any bad command is
+                self.core.counters['commands_rejected'] += 1
+                self.last_reject = 'hardware/command: malformed CDR'
+                return
+            self._on_command(msg)
             return
         self._command(names, position, velocity, effort)
 
