@@ -226,7 +226,12 @@ class Demo:
             ok &= bool(result.get('ok'))
             for line in sysid_client.format_result(result):
                 self.say('   ' + line)
-            lines.append(f'{node} {"ok" if result.get("ok") else "failed"}')
+            if result.get('ok'):
+                lines.append(f'{node} ok')
+            else:   # why, in the step's line too (a summary read alone must say it)
+                why = '; '.join(f'{f.get("joint")}: {f.get("reason")}'
+                                for f in result.get('failures') or [])
+                lines.append(f'{node} failed ({why or result.get("message", "no reason given")})')
         missing = [n for n in ('friction_id', 'inertia_id', 'latency_id') if n not in nodes]
         if missing:
             lines.append(f'skipped: {", ".join(missing)} not available')

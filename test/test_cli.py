@@ -104,3 +104,49 @@ def test_up_estop_status_enable_and_ctrl_c(tmp_path):
             up.kill()
             up.wait()
         log.close()
+
+
+def test_sysid_run_asks_again_while_a_fresh_node_has_not_seen_joint_states(monkeypatch):
+    """A SysID node started a moment ago refuses its start until its first joint_states:
+    `simreal sysid` (and the demo) ask again for up to 10 s instead of failing the run."""
+    import json
+    from types import SimpleNamespace
+    from simreal_ros.client import sysid as sysid_client
+    answers = [(False, 'no joint_states with every joint of joint_names: is the robot (or '
+                       'sim_robot) running?'),
+               (False, 'no safety_supervisor state on safety/state: start safety_supervisor'),
+               (True, 'accepted')]
+    callbacks, calls = {}, []
+
+    class Node:
+        def create_subscription(self, _type, topic, callback, _qos):
+            callbacks[topic] = callback
+            return topic
+
+        def destroy_subscription(self, _sub):
+            pass
+
+    class Ros:
+        namespace = ''
+        node = Node()
+
+        def wait_service(self, *_):
+            pass
+
+        def trigger(self, name, _node, timeout=None):
+            calls.append(name)
+            ok, message = answers.pop(0)
+            if ok:
+                result_topic = next(t for t in callbacks if t.endswith('sysid/result'))
+                callbacks[result_topic](SimpleNamespace(data=json.dumps(
+                    {'experiment': 'friction', 'results': [], 'failures': []})))
+            return SimpleNamespace(success=ok, message=message)
+    monkeypatch.setattr(sysid_client, '_state', lambda ros: {})
+    monkeypatch.setattr(sysid_client, 'select_source', lambda ros, source: (True, 'ok'))
+    result = sysid_client.run(Ros(), 'friction_id', timeout=10.0)
+    assert result['ok'] and calls == ['friction_id/start'] * 3, (result, calls)
+    # A refusal that is no start-up state is not asked again.
+    answers[:] = [(False, 'joint_states carries no effort for [elbow_pitch]')]
+    calls.clear()
+    result = sysid_client.run(Ros(), 'friction_id', timeout=10.0)
+    assert not result['ok'] and calls == ['friction_id/start'] and 'effort' in result['message']

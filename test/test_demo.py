@@ -65,7 +65,8 @@ def test_sysid_stopped_by_an_interruption_is_run_once_more_but_a_result_stands(
         d._sysid_runs(['friction_id', 'inertia_id', 'latency_id'])
     # Interrupted: once more (at most); a published failure is not re-rolled.
     assert calls == ['friction_id', 'friction_id', 'inertia_id', 'inertia_id', 'latency_id']
-    assert 'friction_id ok; inertia_id failed; latency_id failed' in str(err.value)
+    assert ('friction_id ok; inertia_id failed (aborted: joint_states stale); latency_id '
+            'failed (elbow_pitch: not enough excitation)') in str(err.value)
     assert capsys.readouterr().out.count('retrying once') == 2
 
 

@@ -25,6 +25,13 @@ import yaml
 from simreal_ros.client.ros import join_name, Missing
 
 RESULT_TOPIC = 'sysid/result'
+# Refusals of a SysID node's start that a node just started gives until it has seen
+# joint_states, the latched safety/state and the new mode (run() retries them for 10 s). The
+# first joint_states missing altogether was not among them: the demo's friction_id, started
+# 2 s earlier, was refused once that way in CI and the whole demo failed.
+TRANSIENT_START_REFUSALS = ('forwards the policy', 'no fresh joint_states',
+                            'no joint_states with every joint', 'no safety_supervisor state',
+                            'grants the SysID path')
 PROGRESS_TOPIC = '{node}/progress'
 
 
@@ -113,11 +120,9 @@ def run(ros, node, joints=None, timeout=900.0, progress=None):
         # A node just started may not have seen joint_states or the latched safety/state yet,
         # and sees the new mode a moment later: those refusals are retried for 10 s.
         # The previous experiment's grant lapses `sysid_release_s` after its last command.
-        transient = ('forwards the policy', 'no fresh joint_states', 'no safety_supervisor state',
-                     'grants the SysID path')
         while True:
             resp = ros.trigger(f'{node}/start', node, timeout=30.0)
-            if resp.success or not any(t in resp.message for t in transient) \
+            if resp.success or not any(t in resp.message for t in TRANSIENT_START_REFUSALS) \
                     or time.monotonic() - t_start > 10.0:
                 break
             time.sleep(0.2)
