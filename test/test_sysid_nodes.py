@@ -6,7 +6,6 @@ Without a supervisor, the test's sim_robot listens on sysid/command (a remap of 
 side): no configuration of a SysID node reaches the hardware topic itself."""
 import json
 import os
-import time
 
 import pytest
 import yaml
@@ -333,11 +332,10 @@ def test_estop_mid_run_stops_and_publishes_nothing(setup, tmp_path):
                                  for p in client.progress), 120.0, what='the run to start')
             # The second node may not have heard the supervisor's state yet (discovery on a
             # loaded machine): that refusal is asked again; any other answer is the one tested.
-            for _ in range(60):
-                reply = client.call(second)
-                if reply.success or 'no safety_supervisor state' not in reply.message:
-                    break
-                time.sleep(0.5)
+            reply = wait_for(
+                lambda: (lambda r: None if not r.success and 'no safety_supervisor state'
+                         in r.message else r)(client.call(second)),
+                30.0, interval=0.5, what='the second node hearing the supervisor')
             assert not reply.success and 'friction_id_strict' in reply.message, reply.message
             assert client.call(estop).success
             wait_for(lambda: any(p.get('phase') == 'aborted' for p in client.progress), 30.0,
