@@ -13,8 +13,10 @@ The read side times what a subscriber does with each message it takes: rclpy's m
 (`deserialize_message`, what a callback or `take_message(raw=False)` makes, and the fields
 read) against the same bytes read by core/cdr.py's JointStateDecoder and
 decode_imu_orientation (safety_supervisor's joint_states and imu; sim_robot and
-unitree_bridge read hardware/command, policy_runner joint_states, the same way). The last line
-printed is a JSON summary (microseconds per message, the median of 5 rounds).
+unitree_bridge read hardware/command, policy_runner joint_states, the same way). It also times
+the `inspect.signature` call rclpy's executors make at every timer firing, on a bound method
+and on nodes/common.hot_timer_callback's wrapper. The last line printed is a JSON summary
+(microseconds per message or call, the median of 5 rounds).
 """
 import argparse
 import json
@@ -122,6 +124,18 @@ def main():
                    joint_state_read_bytes_us=per_call(read_bytes, args.count),
                    imu_read_message_us=per_call(read_imu_message, args.count),
                    imu_read_bytes_us=per_call(read_imu_bytes, args.count))
+    import inspect
+    from simreal_ros.nodes.common import hot_timer_callback
+
+    class Owner:
+        def tick(self):
+            pass
+    owner = Owner()
+    hot = hot_timer_callback(owner.tick)
+    summary.update(
+        timer_signature_bound_method_us=per_call(lambda i: inspect.signature(owner.tick),
+                                                 args.count),
+        timer_signature_hot_callback_us=per_call(lambda i: inspect.signature(hot), args.count))
     summary['read_saved_at_500hz_percent_of_a_core'] = round(
         500 * ((summary['joint_state_read_message_us'] - summary['joint_state_read_bytes_us'])
                + (summary['imu_read_message_us'] - summary['imu_read_bytes_us'])) * 1e-4, 2)
