@@ -199,34 +199,27 @@ class PolledSubscription:
                 self.handle = _rclpy.Subscription(node.handle, msg_type, topic,
                                                   qos.get_c_qos_profile())
 
+    def _taken(self, raw):
+        """Yield (message or bytes, message info) for every message waiting, oldest first."""
+        while True:
+            taken = self.handle.take_message(self.msg_type, raw)
+            if taken is None:
+                return
+            yield taken[0], taken[1]
+
     def take_all(self):
         """Return every message waiting, oldest first (at most the QoS depth)."""
-        out = []
-        while True:
-            taken = self.handle.take_message(self.msg_type, False)
-            if taken is None:
-                return out
-            out.append(taken[0])
+        return [msg for msg, _ in self._taken(False)]
 
     def take_all_raw(self):
         """Return the serialized bytes of every message waiting, oldest first (no message
         objects: the caller decodes what it needs, core/cdr.py)."""
-        out = []
-        while True:
-            taken = self.handle.take_message(self.msg_type, True)
-            if taken is None:
-                return out
-            out.append(taken[0])
+        return [data for data, _ in self._taken(True)]
 
     def take_all_with_info(self):
         """Return [(message, message info)] waiting, oldest first; the info holds the
         middleware's `source_timestamp` (ns, when the publisher sent it, system clock)."""
-        out = []
-        while True:
-            taken = self.handle.take_message(self.msg_type, False)
-            if taken is None:
-                return out
-            out.append((taken[0], taken[1]))
+        return list(self._taken(False))
 
     def take_newest(self):
         """Return the newest message waiting, or None; older ones are taken and dropped.
