@@ -124,6 +124,99 @@ def test_hot_timer_callbacks_are_called_by_the_events_executor_with_a_known_sign
 
 
 @pytest.mark.ros
+def test_own_tick_loop_ticks_on_time_serves_events_between_and_skips_missed_slots():
+    """spin_hot: the tick at its period without the timer, a subscription served between
+    ticks, a tick that overran counted as skipped slots (not run again in a burst), and the
+    loop ending when asked."""
+    import time
+    import rclpy
+    from std_msgs.msg import String
+    from simreal_ros.nodes.common import HotLoop, spin_hot
+    rclpy.init()
+    try:
+        node = rclpy.create_node(f'hot_loop_{time.time_ns()}')
+        ticks, heard = [], []
+        stall = {'at': 30}
+
+        def tick():
+            ticks.append(time.monotonic())
+            if len(ticks) == stall['at']:
+                time.sleep(0.0105)        # an overrun of five periods and a quarter
+        hot = HotLoop(node, 0.002, tick, own=True)
+        node.create_subscription(String, 'hot_loop_test', lambda m: heard.append(m.data), 10)
+        pub = node.create_publisher(String, 'hot_loop_test', 10)
+        executor, _ = make_executor('events')
+        executor.add_node(node)
+        assert hot.kind == 'timer' and hot.take_over() and hot.kind == 'own'
+        assert not hot.timer.is_ready() and hot.timer.is_canceled()
+        sent = []
+
+        def running():
+            if len(ticks) % 20 == 10 and len(sent) < len(ticks) // 20 + 1:
+                sent.append(len(ticks))
+                pub.publish(String(data=str(len(ticks))))
+            return len(ticks) < 150
+        t0 = time.monotonic()
+        spin_hot(executor, hot, running, node.context)
+        wall = time.monotonic() - t0
+        assert len(ticks) == 150
+        # 150 ticks and 4 skipped slots at 2 ms: about 0.31 s.
+        assert 0.29 < wall < 0.6, wall
+        # The overrun passed five slots: the first runs late, once, the other four are skipped
+        # and the tick after it comes at the next slot of the grid (12 ms after the stalled).
+        # (More are skipped when this machine also delays another tick.)
+        assert 4 <= hot.skipped <= 20, hot.skipped
+        late = ticks[stall['at']] - ticks[stall['at'] - 1]
+        assert late >= 0.0105, late
+        regrid = ticks[stall['at'] + 1] - ticks[stall['at'] - 1]
+        assert regrid > 0.0115, regrid     # no burst of catch-up ticks
+        assert len(heard) >= len(sent) - 1 >= 5, (heard, sent)   # events served meanwhile
+        executor.shutdown()
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown()
+
+
+@pytest.mark.ros
+def test_hot_loop_not_taken_over_keeps_its_timer(tmp_path):
+    """Refused (own_tick_loop false, or simulated time for the supervisor): the rclpy timer
+    ticks, as it does for a node spun by anything other than run()."""
+    import time
+    import rclpy
+    from simreal_ros.core.config import source_root
+    from simreal_ros.nodes.common import HotLoop
+    from simreal_ros.nodes.safety_supervisor import SafetySupervisor
+    rclpy.init()
+    try:
+        node = rclpy.create_node(f'hot_timer_kept_{time.time_ns()}')
+        ticks = []
+        hot = HotLoop(node, 0.002, lambda: ticks.append(1), own=False)
+        assert not hot.take_over() and hot.kind == 'timer' and not hot.timer.is_canceled()
+        executor, _ = make_executor('events')
+        executor.add_node(node)
+        deadline = time.monotonic() + 5
+        while len(ticks) < 20 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        assert len(ticks) >= 20
+        executor.shutdown()
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown()
+    arm3 = str(source_root() / 'config' / 'robots' / 'arm3.yaml')
+    for extra, own in (([], True), (['-p', 'own_tick_loop:=false'], False),
+                       (['-p', 'use_sim_time:=true'], False)):
+        rclpy.init(args=['--ros-args', '--params-file', arm3,
+                         '-p', f'stage_file:={tmp_path / "stages.json"}', *extra])
+        try:
+            node = SafetySupervisor()
+            assert node.hot_loop.own is own, extra
+            assert node.hot_loop.period == pytest.approx(node.core.cfg.period_s)
+            node.destroy_node()
+        finally:
+            rclpy.try_shutdown()
+
+
+@pytest.mark.ros
 def test_supervisor_falls_back_to_callbacks_when_polling_is_unavailable(monkeypatch, tmp_path):
     # An rclpy whose internals differ (the system rclpy of an older ROS 2): the supervisor
     # must still start, with a callback per message, and say so.

@@ -309,6 +309,75 @@ def hot_timer_callback(method):
     return callback
 
 
+OWN_TICK_LOOP_DOC = (
+    "run the node's high-rate tick in the spin loop's own thread, waiting for the executor's "
+    'events until the tick is due (one thread woken per tick), instead of an rclpy timer '
+    "(the EventsExecutor's timer thread wakes, then wakes the executor's thread; "
+    'bench/tick_loop.py counts the wake-ups and CPU of both). Either way missed slots are '
+    'skipped, not run in a burst. Not used on simulated time (use_sim_time), where the tick '
+    'follows /clock, nor when something other than this package spins the node: the '
+    'rclpy timer then ticks')
+
+
+class HotLoop:
+    """A node's high-rate periodic tick: an rclpy timer, which `run()` may take over.
+
+    The timer is made at once, so the node ticks under any executor (a test's, a user's
+    composition). `run()` calls `take_over()`; when the node allowed it (`own`: its
+    own_tick_loop parameter, and not on simulated time) the timer is cancelled and run()'s
+    loop calls `callback` every `period_s` on the monotonic clock, between executor waits
+    (`spin_hot`).
+    """
+
+    def __init__(self, node, period_s, callback, own, **timer_kwargs):
+        self.period = float(period_s)
+        self.callback = callback
+        self.own = bool(own)
+        self.owned = False
+        self.skipped = 0      # slots missed because a tick (or an executor event) overran
+        self.timer = node.create_timer(self.period, hot_timer_callback(callback),
+                                       **timer_kwargs)
+
+    @property
+    def kind(self):
+        """'own' while run()'s loop ticks, else 'timer' (diagnostics)."""
+        return 'own' if self.owned else 'timer'
+
+    def take_over(self):
+        """Cancel the timer and return True when the node allows its own loop."""
+        if not self.own:
+            return False
+        self.timer.cancel()
+        self.owned = True
+        return True
+
+
+def spin_hot(executor, hot, running, context):
+    """Spin `executor` and call `hot.callback` every `hot.period` s until `running()` is false
+    or `context` shuts down.
+
+    The executor waits at most until the next tick is due (and at most 0.1 s: a Python signal
+    handler runs only when the wait returns); events (commands, services, slow timers) are
+    served in between as they arrive. A tick that comes late is run once, and the slots it
+    missed are skipped and counted (hot.skipped), as an rclpy timer skips them.
+    """
+    clock = time.monotonic
+    period, callback = hot.period, hot.callback
+    due = clock() + period
+    while running() and context.ok():
+        now = clock()
+        wait = due - now
+        if wait > 0.0:
+            executor.spin_once(timeout_sec=wait if wait < 0.1 else 0.1)
+            continue
+        callback()
+        due += period
+        if due <= now:
+            missed = int((now - due) / period) + 1
+            hot.skipped += missed
+            due += missed * period
+
+
 def make_executor(kind='events'):
     """Return an executor of `kind` ('events' or 'single') and the kind actually made.
 
@@ -360,9 +429,13 @@ def run(node_class, args=None):
         elif transport == 'loopback UDP':
             node.get_logger().info(LOOPBACK_NOTE)
         executor.add_node(node)
-        # Short waits: a Python signal handler runs only when the wait returns.
-        while stop.signal is None and rclpy.ok():
-            executor.spin_once(timeout_sec=0.1)
+        hot = getattr(node, 'hot_loop', None)
+        if hot is not None and hot.take_over():
+            spin_hot(executor, hot, lambda: stop.signal is None, node.context)
+        else:
+            # Short waits: a Python signal handler runs only when the wait returns.
+            while stop.signal is None and rclpy.ok():
+                executor.spin_once(timeout_sec=0.1)
     except ConfigError as exc:
         print(f'[{name}] configuration error: {exc}', file=sys.stderr, flush=True)
         code = 2

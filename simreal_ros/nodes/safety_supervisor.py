@@ -75,10 +75,11 @@ from simreal_ros.core.config import ConfigError
 from simreal_ros.core.safety import SAFE_MODES, SOURCES, Supervisor, SupervisorConfig
 from simreal_ros.core.safety.stages import RecordWriter
 from simreal_ros.core.publishers import PublisherRule
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_SUB_QOS,
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS,
+                                      OWN_TICK_LOOP_DOC, SENSOR_SUB_QOS, HotLoop,
                                       PolledSubscription, PublisherWatch, declare, declare_names,
                                       declare_priority, declare_rogue_parameters,
-                                      deserialize_or_none, diag_name, hot_timer_callback, run,
+                                      deserialize_or_none, diag_name, run,
                                       stamp_to_sec)
 
 ARRAYS = {
@@ -250,8 +251,10 @@ class SafetySupervisor(Node):
                             callback_group=services)
         self.create_service(Trigger, 'safety/go_default', self._srv_go_default,
                             callback_group=services)
-        self.create_timer(cfg.period_s, hot_timer_callback(self._tick),
-                          callback_group=control)
+        # The 500 Hz tick: run()'s own loop where allowed (common.HotLoop), else the timer.
+        self.hot_loop = HotLoop(self, cfg.period_s, self._tick,
+                                p['own_tick_loop'] and self._wall is not None,
+                                callback_group=control)
         self.create_timer(1.0 / p['state_rate_hz'], self._publish_state, callback_group=services)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=services)
         # A liveness signal of this process: on the steady clock, whatever ROS time does (a
@@ -370,6 +373,8 @@ class SafetySupervisor(Node):
                                      '(also published on every event)', low=0.1, high=100.0,
                                      read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        p['own_tick_loop'] = declare(self, 'own_tick_loop', True, OWN_TICK_LOOP_DOC,
+                                     read_only=True)
         p['live_gap.require'] = declare(
             self, 'live_gap.require', 'auto', 'promotion needs a fresh live reality gap below '
             "its threshold (sim_bridge's shadow of the identified model, on live_gap.topic): "
@@ -778,6 +783,7 @@ class SafetySupervisor(Node):
             st.level = DiagnosticStatus.OK
             st.message = f'forwarding {s["mode"]} at {_where(s)}'
         values = {'executor': getattr(self, 'executor_kind', 'single'),
+                  'tick_loop': self.hot_loop.kind, 'skipped_tick_slots': self.hot_loop.skipped,
                   'dds_transport': s['dds_transport'],
                   'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
                   'estop_cause': s['estop_cause'], 'output': s['output'],

@@ -62,10 +62,10 @@ from simreal_ros.core.cdr import ImuEncoder, JointStateDecoder, JointStateEncode
 from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
-                                      PublisherWatch, declare, declare_names, declare_priority,
+from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS,
+                                      OWN_TICK_LOOP_DOC, SENSOR_PUB_QOS, HotLoop, PublisherWatch, declare, declare_names, declare_priority,
                                       declare_rogue_parameters, deserialize_or_none,
-                                      diag_name, hot_timer_callback, run)
+                                      diag_name, run)
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
 PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
@@ -181,12 +181,14 @@ class SimRobot(Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._running = True
+        self.hot_loop = None     # the real-time tick (below), when there is one
         if self.lockstep:
             self._lockstep_start(group)
         elif self.rtf > 0:
-            self.create_timer(self.period / self.rtf, hot_timer_callback(self._tick),
-                              callback_group=group,
-                              clock=self._steady)
+            # run()'s own loop where allowed (common.HotLoop), else the timer.
+            self.hot_loop = HotLoop(self, self.period / self.rtf, self._tick,
+                                    p['own_tick_loop'], callback_group=group,
+                                    clock=self._steady)
         else:
             self._thread = threading.Thread(target=self._free_run, daemon=True)
             self._thread.start()
@@ -281,6 +283,8 @@ class SimRobot(Node):
             p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
                                         read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
+        p['own_tick_loop'] = declare(self, 'own_tick_loop', True, OWN_TICK_LOOP_DOC,
+                                     read_only=True)
         p['test.plant_change_enabled'] = declare(
             self, 'test.plant_change_enabled', False, 'rehearsal only: allow '
             'test.plant_change at run time (a simulated robot only; no hardware driver has it)',
@@ -565,6 +569,10 @@ class SimRobot(Node):
             status.message = f'running, {rate:.0f} Hz'
         values = dict(self.counters, command_timeouts=self.plant.timeouts,
                       executor=self.executor_kind,
+                      tick_loop=(self.hot_loop.kind if self.hot_loop is not None
+                                 else 'lockstep' if self.lockstep else 'free run'),
+                      skipped_tick_slots=(self.hot_loop.skipped if self.hot_loop is not None
+                                          else 0),
                       publish_rate_hz=f'{rate:.1f}', real_time_factor=f'{(sim - sim0) / dt:.3f}',
                       sim_time_s=f'{sim:.3f}', last_reject=self.last_reject,
                       rogue_publishers=' '.join(self.rogues))
