@@ -865,3 +865,51 @@ def test_forwarding_starts_only_with_a_command_within_the_torque_limit_at_the_st
     out = r.step(pos=(0.5, 0.0))             # ... but 100 * 0.5 = 50 N*m > 20 * 0.5 is not
     assert out.safe and 'would push 50.0 N*m' in out.reason
     assert not r.step(pos=(0.08, 0.0)).safe  # 8 N*m
+
+
+@pytest.mark.parametrize('orientation', [
+    (1.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0, 0.0), (0.9, 0.0, 0.0, 0.0), (float('nan'), 0, 0, 1.0),
+    (1.0, float('inf'), 0.0, 0.0), [0.5, 0.5, 0.5], np.array([2.0, 0.0, 0.0, 0.0])])
+def test_imu_orientation_that_is_not_a_unit_quaternion_is_refused(orientation):
+    """Tuple (core/cdr.py's decoder), list or array: a wrong size, a non-finite value or a
+    norm off by more than 0.05 is refused, counted, and never feeds the imu watchdog."""
+    r = Rig(use_imu=True, max_tilt_rad=0.5)
+    ok, why = r.sup.on_imu(orientation, r.t, r.t)
+    assert not ok and 'not a unit quaternion' in why
+    assert r.sup.state_rejected == 1 and not r.sup.dogs['imu'].ever
+
+
+@pytest.mark.parametrize('orientation', [
+    (1.0, 0.0, 0.0, 0.0), [0.0, 1.0, 0.0, 0.0], np.array([0.96, 0.0, 0.0, 0.0]),
+    (np.float32(1.0), 0, 0, 0)])
+def test_imu_unit_quaternion_in_any_sequence_is_taken(orientation):
+    r = Rig(use_imu=True, max_tilt_rad=0.5)
+    assert r.sup.on_imu(orientation, r.t, r.t) == (True, '')
+    assert r.sup.dogs['imu'].ever
+
+
+def test_joint_state_names_are_checked_whenever_they_are_not_the_tuple_checked_before():
+    """The names of an accepted sample are recognised by identity (the decoder's cached
+    tuple); a different tuple or a list is checked again, and a refused one is never
+    remembered as good."""
+    r = Rig()
+    good = tuple(NAMES)
+    assert r.sup.on_joint_state(good, (0.1, 0.2), (0.0, 0.0), r.t, r.t)[0]
+    assert r.sup.on_joint_state(good, (0.1, 0.2), (0.0, 0.0), r.t, r.t)[0]
+    swapped = tuple(reversed(NAMES))    # the same joints in the other order: mapped by name
+    assert r.sup.on_joint_state(swapped, (0.2, 0.1), (0.0, 0.0), r.t, r.t)[0]
+    assert r.sup.q.tolist() == [0.1, 0.2]
+    dup = (NAMES[0], NAMES[0])
+    for _ in range(2):                  # the same refused tuple twice: refused twice
+        ok, why = r.sup.on_joint_state(dup, (0.1, 0.1), (0.0, 0.0), r.t, r.t)
+        assert not ok and 'more than once' in why
+    assert r.sup.on_joint_state(good, (0.1, 0.2), (0.0, 0.0), r.t, r.t)[0]
+    missing = (NAMES[0], 'elbow_not_here')
+    for _ in range(2):
+        ok, why = r.sup.on_joint_state(missing, (0.1, 0.1), (0.0, 0.0), r.t, r.t)
+        assert not ok and 'lacks' in why
+    names = list(NAMES)                 # a list can change between calls: never recognised
+    assert r.sup.on_joint_state(names, (0.1, 0.2), (0.0, 0.0), r.t, r.t)[0]
+    names[1] = names[0]
+    ok, why = r.sup.on_joint_state(names, (0.1, 0.2), (0.0, 0.0), r.t, r.t)
+    assert not ok and 'more than once' in why

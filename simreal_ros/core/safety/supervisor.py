@@ -370,6 +370,7 @@ class Supervisor:
         self._state_since_tick = False   # a joint state accepted since the last counted tick
         self._state_names = None           # the last joint_states names that passed the name
         self._state_index = None           # checks, and where this robot's joints are in them
+        self._state_names_seen = None      # the tuple object those names came in (identity)
         self.slow_ticks = 0                # late ticks that had a new state (computed normally)
         self.bringup = Bringup()
         self.live_gap = LiveGapGate(cfg.live_gap_require, cfg.live_gap_max_age_s,
@@ -403,12 +404,18 @@ class Supervisor:
 
     def _check_state(self, names, position, velocity, stamp, now):
         """Return (reason or None, implausible?) and set self._q, self._dq when usable."""
-        names = tuple(str(n) for n in names)
+        if names is self._state_names_seen:
+            # The very tuple checked before (core/cdr.py's decoder hands out the same one
+            # while the names' bytes do not change): nothing to convert or look up.
+            names, idx = self._state_names, self._state_index
+        else:
+            seen = names if type(names) is tuple else None   # immutable: safe to recognise
+            names = tuple(str(n) for n in names)
+            idx = self._state_index if names == self._state_names else None
+            self._state_names_seen = seen if idx is not None else None
         position = np.asarray(position, dtype=float).reshape(-1)
         velocity = np.asarray(velocity, dtype=float).reshape(-1)
-        if names == self._state_names:   # a driver's names do not change: checked once
-            idx = self._state_index
-        else:
+        if idx is None:   # a driver's names do not change: checked once
             if len(set(names)) != len(names):
                 dup = sorted({n for n in names if names.count(n) > 1})
                 return f'joint_states names {dup} more than once', True
@@ -418,6 +425,7 @@ class Supervisor:
                 return f'joint_states lacks {missing}', True
             idx = np.array([lookup[n] for n in self.names], dtype=int)
             self._state_names, self._state_index = names, idx
+            self._state_names_seen = seen
         if position.size != len(names) or velocity.size != len(names):
             return (f'joint_states needs position and velocity for every name '
                     f'({len(names)} names, {position.size} positions, '
@@ -460,10 +468,16 @@ class Supervisor:
 
     def on_imu(self, orientation_wxyz, stamp, now):
         """Take the base orientation (w, x, y, z); return (ok, reason)."""
-        o = np.asarray(orientation_wxyz, dtype=float)
-        if o.size != 4 or not np.isfinite(o).all() or abs(np.linalg.norm(o) - 1.0) > 0.05:
+        o = orientation_wxyz
+        if type(o) is not tuple or len(o) != 4:     # core/cdr.py's decoder gives a tuple
+            o = tuple(np.asarray(o, dtype=float).reshape(-1).tolist())
+        else:
+            o = tuple(float(v) for v in o)
+        # Plain floats: four values are cheaper without numpy (this runs at 500 Hz).
+        if (len(o) != 4 or not all(math.isfinite(v) for v in o)
+                or abs(math.sqrt(sum(v * v for v in o)) - 1.0) > 0.05):
             self.state_rejected += 1
-            return False, f'imu orientation is not a unit quaternion: {o.tolist()}'
+            return False, f'imu orientation is not a unit quaternion: {list(o)}'
         dog = self.dogs['imu']
         if not dog.ever and dog.check_stamp and abs(now - stamp) > dog.timeout:
             self.state_rejected += 1
@@ -864,11 +878,11 @@ class Supervisor:
             self.rejected[self.mode] += 1
             self.last_reject = f'{self.mode}/command: {exc}'
             return self._not_forwarding(now, f'filter rejected the command: {exc}')
-        count_clips(self.clips, clips, cmd.index)
-        clipped = any(m.any() for m in clips.values())
+        kinds = [k for k, m in clips.items() if m.any()]   # each mask looked at once
+        clipped = bool(kinds)
         if clipped:
+            count_clips(self.clips, {k: clips[k] for k in kinds}, cmd.index)
             self.clipped_outputs += 1
-            kinds = [k for k, m in clips.items() if m.any()]
             if self.mode == 'policy':
                 self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
                                   + ', '.join(self._names_idx(cmd.index[np.any(
