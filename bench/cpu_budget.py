@@ -256,6 +256,8 @@ def main():
                                    if relay_cpu > 0 else None),
             executor={name.split(':')[0]: values['executor']
                       for name, values in walk_diag.items() if 'executor' in values},
+            tick_loop={name.split(':')[0]: values['tick_loop']
+                       for name, values in walk_diag.items() if 'tick_loop' in values},
             loop_period_err_p99_ms=float(loop.get('period_err_ms_p99', 'nan')),
             e2e_p99_ms=float(loop.get('e2e_latency_ms_p99', 'nan')),
             distance_m=round(float(((run[-1][1] - start_pose[1]) ** 2

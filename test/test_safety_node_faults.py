@@ -417,6 +417,7 @@ def test_a_stopped_driver_does_not_stall_the_supervisor(ros, tmp_path):
     with Rig(ARM3, tmp=str(tmp_path), env=loopback_udp_env()) as rig:
         rig.wait_forwarding()
         assert rig.state('dds_transport') == 'UDP'
+        assert rig.state('tick_loop') == 'own'     # run()'s loop ticks, not an rclpy timer
         for node in ('sim_robot', 'safety_supervisor'):
             assert not _shared_memory_mapped(rig[node].pid), node
             assert not _udp_off_loopback(rig[node].pid), (node, _udp_off_loopback(rig[node].pid))

@@ -405,7 +405,9 @@ def run(node_class, args=None):
     timer and the subscriptions sharing its callback group as soon as messages arrived
     (sim_robot fell from 500 to ~5 ticks/s, commands were lost). No node makes blocking calls
     inside callbacks (services answer at once, SysID maths runs in a worker thread), so one
-    thread serves them all, in arrival order.
+    thread serves them all, in arrival order. A node with a `hot_loop` (HotLoop: the 500 Hz
+    ticks of safety_supervisor and sim_robot) has its tick called by this loop between the
+    executor's waits, when the node allows it (spin_hot).
 
     On SIGINT or SIGTERM (once or more), and when a callback raises, the spin ends and, while
     the context is still valid, the node's `before_shutdown()` runs (safety_supervisor

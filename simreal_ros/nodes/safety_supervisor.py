@@ -727,6 +727,9 @@ class SafetySupervisor(Node):
         s['stage_record'] = {'file': self.stage_file, 'writes': self.writer.writes,
                              'write_failures': self.writer.failures, 'error': self.writer.error}
         s['dds_transport'] = getattr(self, 'dds_transport', 'unknown')
+        # 'own' when run()'s loop calls the tick (common.HotLoop), 'timer' otherwise.
+        s['tick_loop'] = self.hot_loop.kind
+        s['skipped_tick_slots'] = self.hot_loop.skipped
         # Polled inputs this node could not read directly (another middleware's data
         # representation): deserialized by rclpy instead, correct but slower.
         s['inputs_via_rclpy'] = self._raw_fallbacks
@@ -783,7 +786,7 @@ class SafetySupervisor(Node):
             st.level = DiagnosticStatus.OK
             st.message = f'forwarding {s["mode"]} at {_where(s)}'
         values = {'executor': getattr(self, 'executor_kind', 'single'),
-                  'tick_loop': self.hot_loop.kind, 'skipped_tick_slots': self.hot_loop.skipped,
+                  'tick_loop': s['tick_loop'], 'skipped_tick_slots': s['skipped_tick_slots'],
                   'dds_transport': s['dds_transport'],
                   'stage': s['stage']['stage'], 'highest_stage': s['stage']['highest'],
                   'estop_cause': s['estop_cause'], 'output': s['output'],
