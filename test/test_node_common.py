@@ -93,6 +93,18 @@ def test_polled_subscription_takes_every_message_in_order():
         rclpy.try_shutdown()
 
 
+def _spin_events_until(node, done, seconds=5.0):
+    """Spin `node` with the EventsExecutor until `done()` or `seconds`; return the kind made."""
+    import time
+    executor, kind = make_executor('events')
+    executor.add_node(node)
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.05)
+    executor.shutdown()
+    return kind
+
+
 @pytest.mark.ros
 def test_hot_timer_callbacks_are_called_by_the_events_executor_with_a_known_signature():
     import inspect
@@ -110,14 +122,8 @@ def test_hot_timer_callbacks_are_called_by_the_events_executor_with_a_known_sign
     try:
         node = rclpy.create_node(f'hot_timer_{time.time_ns()}')
         node.create_timer(0.002, callback)
-        executor, kind = make_executor('events')
-        assert kind == 'events'
-        executor.add_node(node)
-        deadline = time.monotonic() + 5
-        while len(calls) < 20 and time.monotonic() < deadline:
-            executor.spin_once(timeout_sec=0.05)
+        assert _spin_events_until(node, lambda: len(calls) >= 20) == 'events'
         assert len(calls) >= 20
-        executor.shutdown()
         node.destroy_node()
     finally:
         rclpy.try_shutdown()
@@ -192,13 +198,8 @@ def test_hot_loop_not_taken_over_keeps_its_timer(tmp_path):
         ticks = []
         hot = HotLoop(node, 0.002, lambda: ticks.append(1), own=False)
         assert not hot.take_over() and hot.kind == 'timer' and not hot.timer.is_canceled()
-        executor, _ = make_executor('events')
-        executor.add_node(node)
-        deadline = time.monotonic() + 5
-        while len(ticks) < 20 and time.monotonic() < deadline:
-            executor.spin_once(timeout_sec=0.05)
+        _spin_events_until(node, lambda: len(ticks) >= 20)
         assert len(ticks) >= 20
-        executor.shutdown()
         node.destroy_node()
     finally:
         rclpy.try_shutdown()
