@@ -7,7 +7,8 @@
 The graph: sim_robot (500 Hz), safety_supervisor (500 Hz, stage 1.00), policy_runner (50 Hz),
 each its own process as in a deployment; the bench holds cmd_vel at the reference's 0.5 m/s
 (re-sent at 10 Hz, as a teleop does). CPU time per process is read from the OS
-(/proc/<pid>/stat utime + stime) over the walk only; one core = 100 %.
+(/proc/<pid>/stat utime + stime) over the walk only; one core = 100 %. So are the context
+switches of each process's threads (`context_switches_per_s`: every wake-up and preemption).
 
 The floor is a relay written the plain way a user would (SingleThreadedExecutor, a timer at the
 supervisor's rate, a subscription to joint_states, a JointState command published each tick),
@@ -91,6 +92,20 @@ def cpu_seconds(pid):
     """Return user + system CPU seconds of a process (Linux /proc)."""
     fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def context_switches(pid):
+    """Return the context switches (voluntary + involuntary) of every thread of a process so
+    far (Linux /proc): how often its threads were woken or preempted."""
+    total = 0
+    for tid in os.listdir(f'/proc/{pid}/task'):
+        try:
+            for line in Path(f'/proc/{pid}/task/{tid}/status').read_text().splitlines():
+                if line.startswith(('voluntary_ctxt_switches', 'nonvoluntary_ctxt_switches')):
+                    total += int(line.split()[1])
+        except OSError:      # a thread that ended meanwhile
+            pass
+    return total
 
 
 def machine_load():
@@ -201,10 +216,12 @@ def main():
             start = relayed[0]
             wait_for(lambda: relayed[0] > start + 100, 60, what='the relay floor publishing')
             cpu0, wall0, count0 = cpu_seconds(relay.pid), time.monotonic(), relayed[0]
+            switches0 = context_switches(relay.pid)
             time.sleep(floor_s)
             wall = time.monotonic() - wall0
             result = (100 * (cpu_seconds(relay.pid) - cpu0) / wall,
-                      (relayed[0] - count0) / wall, wall)
+                      (relayed[0] - count0) / wall, wall,
+                      (context_switches(relay.pid) - switches0) / wall)
             relay.send_signal(2)
             relay.wait(timeout=10)
             return result
@@ -224,6 +241,7 @@ def main():
         start_pose = poses[-1]
         pids = {n: p.proc.pid for n, p in procs.items()}
         cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
+        switches0 = {n: context_switches(pid) for n, pid in pids.items()}
         wall0 = time.monotonic()
         wait_for(lambda: time.monotonic() - wall0 > duration or any(
             p.proc.poll() is not None for p in procs.values()), duration + 30,
@@ -231,6 +249,8 @@ def main():
         wall = time.monotonic() - wall0
         cpu = {n: round(100 * (cpu_seconds(pid) - cpu0[n]) / wall, 1)
                for n, pid in pids.items()}
+        switches = {n: round((context_switches(pid) - switches0[n]) / wall)
+                    for n, pid in pids.items()}
         for p in busy:
             p.kill()
         # Whether a node ended by itself during the walk (before the bench stops two of them).
@@ -249,9 +269,11 @@ def main():
         summary.update(
             seconds=round(wall, 1), machine_load=machine_load(),
             cpu_percent={n: cpu[n] for n in NODES},
+            context_switches_per_s={n: switches[n] for n in NODES},
             relay_floor_cpu_percent=relay_cpu, relay_floor_hz=round(relay_hz, 1),
             relay_floor_seconds=round(relay_wall, 1),
             relay_floor_before_after=[round(f[0], 1) for f in floors],
+            relay_floor_context_switches_per_s=round(sum(f[3] for f in floors) / len(floors)),
             supervisor_over_floor=(round(cpu['safety_supervisor'] / relay_cpu, 2)
                                    if relay_cpu > 0 else None),
             executor={name.split(':')[0]: values['executor']

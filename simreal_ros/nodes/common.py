@@ -314,9 +314,9 @@ OWN_TICK_LOOP_DOC = (
     'events until the tick is due (one thread woken per tick), instead of an rclpy timer '
     "(the EventsExecutor's timer thread wakes, then wakes the executor's thread; "
     'bench/tick_loop.py counts the wake-ups and CPU of both). Either way missed slots are '
-    'skipped, not run in a burst. Not used on simulated time (use_sim_time), where the tick '
-    'follows /clock, nor when something other than this package spins the node: the '
-    'rclpy timer then ticks')
+    'skipped, not run in a burst. The rclpy timer ticks instead when this is false, when '
+    "something other than this package's run() spins the node, and for safety_supervisor on "
+    'simulated time (use_sim_time), where its tick follows /clock')
 
 
 class HotLoop:

@@ -63,7 +63,8 @@ from simreal_ros.core.config import ConfigError, resolve_path
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS,
-                                      OWN_TICK_LOOP_DOC, SENSOR_PUB_QOS, HotLoop, PublisherWatch, declare, declare_names, declare_priority,
+                                      OWN_TICK_LOOP_DOC, SENSOR_PUB_QOS, HotLoop,
+                                      PublisherWatch, declare, declare_names, declare_priority,
                                       declare_rogue_parameters, deserialize_or_none,
                                       diag_name, run)
 
