@@ -9,7 +9,7 @@ setup:
 	@SIMREAL_VENV=$(VENV) scripts/bootstrap.sh
 
 demo: setup
-	@$(PY) -m simreal_ros.demo
+	@$(PY) -m simreal_ros.client.demo
 
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS)

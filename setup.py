@@ -57,6 +57,6 @@ setup(
     entry_points={
         'console_scripts': [
             f'{node} = {package_name}.nodes.{node}:main' for node in NODES
-        ] + ['simreal = simreal_ros.cli:main'],
+        ] + ['simreal = simreal_ros.client.cli:main'],
     },
 )

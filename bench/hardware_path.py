@@ -88,7 +88,7 @@ def walk(robot, seconds, bridge, tmp, interface):
              tmp=str(tmp), bridge=({} if bridge else None)) as rig:
         tap = writer = None
         if bridge:
-            from simreal_ros import unitree_dds
+            from simreal_ros.drivers import unitree_dds
             wire = unitree_wire(interface)
             dds = unitree_dds.Wire(wire['unitree.domain_id'], 'lo')
             tap = dds.reader(interface, 'LowCmd_', unitree_dds.TOPIC_CMD, depth=64)

@@ -118,7 +118,7 @@ def main():
     from simreal_ros.client import sysid as sysid_client
     from simreal_ros.client.processes import start_graph, stop_graph
     from simreal_ros.client.ros import Ros, go_default, safety_state
-    from simreal_ros.graph import build_graph
+    from simreal_ros.deploy.graph import build_graph
     from simreal_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS
 
     change = json.loads(args.change)

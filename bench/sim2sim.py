@@ -107,7 +107,7 @@ def prepare(args):
     """Read the robot file and the reference; return (setup, trace, plan dict)."""
     from simreal_ros.core import sim2sim
     from simreal_ros.core.trace import load_trace
-    from simreal_ros.reference_rollout import resolve_policy
+    from simreal_ros.tools.reference_rollout import resolve_policy
 
     setup = sim2sim.Setup.read(args.robot, resolve_policy(args.robot, args.policy))
     trace = None

@@ -49,7 +49,7 @@ def main():
     from simreal_ros.client import sysid as sysid_client
     from simreal_ros.client.processes import start_graph, stop_graph
     from simreal_ros.client.ros import Ros
-    from simreal_ros.graph import build_graph
+    from simreal_ros.deploy.graph import build_graph
     from simreal_ros.nodes.common import stamp_to_sec
 
     config = robot_config_path(args.robot)

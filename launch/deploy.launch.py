@@ -13,7 +13,7 @@ and rviz2 with a copy of config/monitor.rviz whose topics are in the namespace; 
 folder gets simreal.perspective (rqt) and diagnostic_analyzers.yaml (diagnostic_aggregator) for
 this robot. Without an rviz2 install the markers still run, and the log says so.
 
-The nodes, their parameter files and remaps come from `simreal_ros.graph.build_graph`, the
+The nodes, their parameter files and remaps come from `simreal_ros.deploy.graph.build_graph`, the
 same description `simreal up` uses (pip-installed path, no ros2cli needed), so both start the
 same processes with the same parameters. Nothing but safety_supervisor publishes
 `hardware/command`. E-stop: `ros2 service call /safety/estop std_srvs/srv/Trigger` (or
@@ -25,7 +25,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from simreal_ros.core.config import ConfigError
-from simreal_ros.graph import build_graph, monitor_configs, rviz_available, write_overlay
+from simreal_ros.deploy.graph import build_graph, monitor_configs, rviz_available, write_overlay
 
 ARGUMENTS = (
     ('robot', 'arm3', 'robot config name (config/robots/<name>.yaml) or parameter file path'),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""simreal_ros.reference_rollout from the source checkout: a reference trace for
+"""simreal_ros.tools.reference_rollout from the source checkout: a reference trace for
 bench/sim2sim.py from the robot's MuJoCo model and ONNX policy, without ROS.
 
     .venv/bin/python scripts/reference_rollout.py --robot config/robots/arm3.yaml \
@@ -7,7 +7,7 @@ bench/sim2sim.py from the robot's MuJoCo model and ONNX policy, without ROS.
 """
 import sys
 
-from simreal_ros.reference_rollout import main
+from simreal_ros.tools.reference_rollout import main
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -58,11 +58,11 @@ def g1_dir():
 
 
 def simreal(*args, env=None, timeout=60):
-    """Run `python -m simreal_ros.cli ARGS` from the repository; return (exit code, stdout +
+    """Run `python -m simreal_ros.client.cli ARGS` from the repository; return (exit code, stdout +
     stderr). The operator CLI as a user runs it, for the tests that drive a graph with it."""
     import subprocess
     import sys
-    result = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', *args], cwd=REPO,
+    result = subprocess.run([sys.executable, '-m', 'simreal_ros.client.cli', *args], cwd=REPO,
                             capture_output=True, text=True, timeout=timeout,
                             env=env or os.environ)
     return result.returncode, result.stdout + result.stderr
@@ -71,10 +71,10 @@ def simreal(*args, env=None, timeout=60):
 def require_files(robot):
     """Skip the test unless every file the robot file names (model, policy) is present.
 
-    Decided by what the file references (`simreal_ros.graph.missing_files`), not by its name:
+    Decided by what the file references (`simreal_ros.deploy.graph.missing_files`), not by its name:
     the G1's model and policy sit in ../shared, beside the repository.
     """
-    from simreal_ros.graph import missing_files
+    from simreal_ros.deploy.graph import missing_files
     missing = missing_files(robot)
     if missing:
         pytest.skip(f'{Path(str(robot)).name} names files that are not here: '

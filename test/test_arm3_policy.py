@@ -8,10 +8,10 @@ import pytest
 
 from conftest import REPO
 from simreal_ros.core.config import load_node_params
-from simreal_ros import onnx_policies
-from simreal_ros.onnx_policies import (ARM3_SWING_AMPLITUDE, ARM3_SWING_PERIOD_S, arm3,
+from simreal_ros.core import onnx_policies
+from simreal_ros.core.onnx_policies import (ARM3_SWING_AMPLITUDE, ARM3_SWING_PERIOD_S, arm3,
                                        arm3_swing_fit)
-from simreal_ros.reference_rollout import rollout
+from simreal_ros.tools.reference_rollout import rollout
 
 ARM3 = REPO / 'config' / 'robots' / 'arm3.yaml'
 

@@ -200,7 +200,7 @@ def test_sim_bridge_refine_service_fits_in_the_background_and_sets_the_parameter
         gap = wait_for(lambda: gaps[-1] if gaps else None, 30, what='latched gap')
         assert gap['gap_identified'] <= 1.2 * gap['noise_floor'], gap
         # The operator's verb: calls it, waits for the result, prints the values.
-        cli = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', 'refine'], cwd=REPO,
+        cli = subprocess.run([sys.executable, '-m', 'simreal_ros.client.cli', 'refine'], cwd=REPO,
                              capture_output=True, text=True, timeout=600)
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert 'refine (sim_bridge): ok' in cli.stdout and 'cost' in cli.stdout, cli.stdout

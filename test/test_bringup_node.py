@@ -65,7 +65,7 @@ def test_go_default_moves_arm3_within_its_speed_limit_refused_and_cancelled_by_e
         assert rig.call('estop').success
         reply = go_default(rig)
         assert not reply.success and 'e-stop latched' in reply.message, reply.message
-        cli = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', 'go-default'], cwd=REPO,
+        cli = subprocess.run([sys.executable, '-m', 'simreal_ros.client.cli', 'go-default'], cwd=REPO,
                              capture_output=True, text=True, timeout=60, env=os.environ)
         assert cli.returncode == 1, cli.stdout + cli.stderr
         assert 'go-default: REFUSED: bring-up refused: e-stop latched' in cli.stdout, cli.stdout

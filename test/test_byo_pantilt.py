@@ -69,12 +69,12 @@ def robot_file(tmp_path):
 
 @pytest.fixture
 def pantilt_up(tmp_path):
-    from simreal_ros.pantilt_policy import pantilt
+    from simreal_ros.core.pantilt_policy import pantilt
     policy = pantilt(str(tmp_path / 'pantilt_policy.onnx'))
     robot = robot_file(tmp_path)
     env = dict(os.environ, ROS_HOME=str(tmp_path / 'ros_home'), PYTHONUNBUFFERED='1')
     log = open(tmp_path / 'up.log', 'w+')
-    up = subprocess.Popen([sys.executable, '-m', 'simreal_ros.cli', 'up', '--robot', str(robot),
+    up = subprocess.Popen([sys.executable, '-m', 'simreal_ros.client.cli', 'up', '--robot', str(robot),
                            '--policy', policy], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                           env=env)
     try:

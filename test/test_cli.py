@@ -65,7 +65,7 @@ def test_up_estop_status_enable_and_ctrl_c(tmp_path):
     env = dict(os.environ, ROS_HOME=str(tmp_path / 'ros_home'), PYTHONUNBUFFERED='1')
     log = open(tmp_path / 'up.log', 'w+')
     record = tmp_path / 'session.mcap'
-    up = subprocess.Popen([sys.executable, '-m', 'simreal_ros.cli', 'up', '--policy', policy,
+    up = subprocess.Popen([sys.executable, '-m', 'simreal_ros.client.cli', 'up', '--policy', policy,
                            '--record', str(record)],
                           cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -95,7 +95,7 @@ def test_up_estop_status_enable_and_ctrl_c(tmp_path):
         assert 'Traceback' not in text, text[-3000:]
         wait_for(lambda: not any(_alive(p) for p in pids), 10, what='every node to exit')
         # The session recording holds the supervisor's state and the robot's joint states.
-        from simreal_ros.record import read_joint_states
+        from simreal_ros.client.record import read_joint_states
         t, names, q, _, _ = read_joint_states(record)
         assert len(t) > 100 and names == ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
         assert 'recorded ' in text and '/safety/state' in text

@@ -4,7 +4,8 @@ import yaml
 
 from conftest import REPO
 from simreal_ros.core.config import load_node_params
-from simreal_ros.monitor import limit_usage, markers
+from simreal_ros.core.limit_usage import limit_usage
+from simreal_ros.nodes.status_markers import markers
 
 PARAMS = load_node_params(REPO / 'config' / 'robots' / 'arm3.yaml', 'safety_supervisor')
 
@@ -58,7 +59,7 @@ def test_rviz_and_rqt_files_point_at_the_topics_the_package_publishes():
 
 
 def test_monitoring_files_move_every_topic_into_the_namespace():
-    from simreal_ros import monitor
+    from simreal_ros.deploy import monitor_files as monitor
     rviz = (REPO / 'config' / 'monitor.rviz').read_text()
     perspective = (REPO / 'config' / 'simreal.perspective').read_text()
     assert monitor.rviz_topics(monitor.rviz_in('', rviz)) == monitor.rviz_topics(rviz)
@@ -75,7 +76,7 @@ def test_monitoring_files_move_every_topic_into_the_namespace():
 
 
 def test_analyzers_group_per_robot_then_per_node_and_match_both_spellings():
-    from simreal_ros import monitor
+    from simreal_ros.deploy import monitor_files as monitor
     params = monitor.analyzers({'/left': ['sim_robot', 'safety_supervisor', 'status_markers'],
                                 '': ['safety_supervisor']})
     top = params['analyzers']['ros__parameters']

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import REPO
 from rosproc import Spinner, wait_for
-from simreal_ros import demo as demo_mod
+from simreal_ros.client import demo as demo_mod
+from simreal_ros.client import demo_swing
 
 
 def test_steps_report_ok_skipped_failed_without_tracebacks(tmp_path, capsys):
@@ -73,7 +74,7 @@ def test_sysid_stopped_by_an_interruption_is_run_once_more_but_a_result_stands(
 def test_the_demo_makes_the_arm3_swing_policy(tmp_path):
     d = demo_mod.Demo('arm3', tmp_path)
     path = d.make_policy()
-    from simreal_ros.onnx_policies import arm3
+    from simreal_ros.core.onnx_policies import arm3
     assert open(path, 'rb').read() == open(arm3(str(tmp_path / 'ref.onnx')), 'rb').read()
 
 
@@ -103,15 +104,15 @@ FULL = {'amplitude_rad': 0.35}
 
 def test_amplitudes_must_rise_with_the_stage_and_track_at_the_last():
     rising = [0.035, 0.087, 0.175, 0.262, 0.345]
-    assert demo_mod._amplitude_problems(STAGES, rising, FULL) == []
+    assert demo_swing.amplitude_problems(STAGES, rising, FULL) == []
     flat = [0.007, 0.007, 0.007, 0.007, 0.007]     # the random stand-in's ~7 mrad
-    problems = demo_mod._amplitude_problems(STAGES, flat, FULL)
+    problems = demo_swing.amplitude_problems(STAGES, flat, FULL)
     assert any('does not rise from stage 0.10' in p for p in problems)
     assert any('does not track the reference' in p for p in problems)
     short = rising[:4] + [0.2]                       # rises, but 1.00 misses the reference
-    assert [p for p in demo_mod._amplitude_problems(STAGES, short, FULL)
+    assert [p for p in demo_swing.amplitude_problems(STAGES, short, FULL)
             if 'does not track' in p]
-    assert 'no swing amplitude measured at stage(s) 0.50' in demo_mod._amplitude_problems(
+    assert 'no swing amplitude measured at stage(s) 0.50' in demo_swing.amplitude_problems(
         STAGES, rising[:2] + [None] + rising[3:], FULL)[0]
 
 
@@ -120,15 +121,15 @@ def test_clips_are_explained_by_limit_joint_and_stage():
               'max_target_rate': [3.0, 3.0, 4.0], 'torque_limit': [40.0, 30.0, 10.0],
               'velocity_limit': [3.0, 3.0, 4.0], 'max_target_accel': [400.0] * 3}
     clips = {'rate/shoulder_pitch': 120, 'torque/elbow_pitch': 7}
-    text = demo_mod._explain_clips(clips, limits, 0.10, {'shoulder_pitch': 1.1})
+    text = demo_swing.explain_clips(clips, limits, 0.10, {'shoulder_pitch': 1.1})
     assert 'rate (shoulder_pitch 120)' in text and 'shoulder_pitch 0.30 rad/s' in text
     assert 'asks for up to shoulder_pitch 1.10 rad/s' in text
     assert 'torque (elbow_pitch 7)' in text and 'elbow_pitch 1.00 N*m' in text
-    assert demo_mod._explain_clips({}, limits) == ''
-    assert 'x stage' in demo_mod._explain_clips({'velocity/shoulder_yaw': 1}, limits)
+    assert demo_swing.explain_clips({}, limits) == ''
+    assert 'x stage' in demo_swing.explain_clips({'velocity/shoulder_yaw': 1}, limits)
     before = {'rate/shoulder_pitch': 5}
     after = {'rate/shoulder_pitch': 9, 'torque/elbow_pitch': 0}
-    assert demo_mod._clip_diff(before, after) == {'rate/shoulder_pitch': 4}
+    assert demo_swing.clip_diff(before, after) == {'rate/shoulder_pitch': 4}
 
 
 @pytest.mark.ros
@@ -140,7 +141,7 @@ def test_session_recording_is_a_recording_sim_bridge_reads(tmp_path):
 
     from simreal_ros.core.bridge.recording import read_mcap
     from simreal_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_PUB_QOS
-    from simreal_ros.record import SessionRecorder, read_joint_states
+    from simreal_ros.client.record import SessionRecorder, read_joint_states
     names = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
     rclpy.init()
     try:
@@ -206,7 +207,7 @@ def test_demo_runs_every_step_ok_and_the_swing_grows_with_the_stage(tmp_path):
     out = tmp_path / 'demo'
     env = dict(os.environ, ROS_HOME=str(tmp_path / 'ros_home'))
     # As `make demo` runs it (every joint identified: the gap verdict must pass).
-    result = subprocess.run([sys.executable, '-m', 'simreal_ros.demo', '--out', str(out)],
+    result = subprocess.run([sys.executable, '-m', 'simreal_ros.client.demo', '--out', str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=1200, env=env)
     text = result.stdout + result.stderr
     assert 'Traceback' not in text, text[-4000:]

@@ -406,8 +406,8 @@ def test_rviz_under_a_namespace_starts_the_markers_with_namespaced_files(ros2_en
     rviz, rqt and aggregator files the launch writes name topics under /watch. rviz2 itself
     runs where it is installed; here the log must say that it is not."""
     from visualization_msgs.msg import MarkerArray
-    from simreal_ros import monitor
-    from simreal_ros.graph import rviz_available
+    from simreal_ros.deploy import monitor_files as monitor
+    from simreal_ros.deploy.graph import rviz_available
     p = probe('watch')
     markers = []
     p.node.create_subscription(MarkerArray, '/watch/monitor/markers', markers.append, 10)

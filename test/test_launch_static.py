@@ -20,7 +20,7 @@ import yaml
 from conftest import REPO, require_files
 from rosproc import wait_for
 from simreal_ros.core.config import ConfigError, load_node_params, node_names_in, read_yaml
-from simreal_ros.graph import (ALL_NODES, TOOL_PARAMETERS, UNITREE, build_graph, missing_files,
+from simreal_ros.deploy.graph import (ALL_NODES, TOOL_PARAMETERS, UNITREE, build_graph, missing_files,
                                node_parameters, write_overlay)
 
 LAUNCH = REPO / 'launch' / 'deploy.launch.py'
@@ -40,7 +40,7 @@ def setup_scripts():
             nodes = ast.literal_eval(stmt.value)
     assert nodes is not None, 'setup.py has no NODES list'
     text = (REPO / 'setup.py').read_text()
-    return set(nodes) | ({'simreal'} if "'simreal = simreal_ros.cli:main'" in text else set())
+    return set(nodes) | ({'simreal'} if "'simreal = simreal_ros.client.cli:main'" in text else set())
 
 
 def policy_file(tmp_path):
@@ -150,7 +150,7 @@ def test_every_parameter_file_loads(path):
         'unitree_robot'])
 def test_launch_file_and_simreal_up_start_the_same_graph(opts, monkeypatch, tmp_path):
     """The Node actions of deploy.launch.py equal the processes `simreal up` starts."""
-    from simreal_ros import cli
+    from simreal_ros.client import cli
     policy = policy_file(tmp_path)
     robot = 'arm3'
     if opts.get('driver'):
@@ -236,7 +236,7 @@ def test_unknown_robot_is_a_clear_message(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match=r'deploy.launch.py: unknown robot') as info:
         run_launch_file(launch_values(robot='no_such_bot'), monkeypatch)
     assert info.value.__cause__ is None   # the sentence, not a chained traceback
-    from simreal_ros import cli
+    from simreal_ros.client import cli
     assert cli.main(['up', '--robot', 'no_such_bot', '--dry-run']) == 2
 
 

@@ -387,7 +387,7 @@ def test_unreadable_files_and_a_malformed_robot_file(robot, tmp_path):
 
 # -- the command line -----------------------------------------------------------------------------
 def simreal(*args):
-    result = subprocess.run([sys.executable, '-m', 'simreal_ros.cli', 'limits', *args],
+    result = subprocess.run([sys.executable, '-m', 'simreal_ros.client.cli', 'limits', *args],
                             cwd=REPO, capture_output=True, text=True, timeout=60,
                             env=dict(os.environ))
     return result.returncode, result.stdout, result.stderr

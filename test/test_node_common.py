@@ -244,8 +244,8 @@ def test_results_recordings_and_exports_are_per_robot_under_a_namespace(tmp_path
     """Two robots from one robot file never share SysID results, recordings or exports: each
     node built under /left writes into the `left` subfolder of its configured folder."""
     import rclpy
-    from simreal_ros.graph import build_graph, write_overlay
-    from simreal_ros.params_doc import _node_class, isolated
+    from simreal_ros.deploy.graph import build_graph, write_overlay
+    from simreal_ros.tools.params_doc import _node_class, isolated
     from simreal_ros.nodes.common import per_robot_dir
 
     class Named:
@@ -256,7 +256,7 @@ def test_results_recordings_and_exports_are_per_robot_under_a_namespace(tmp_path
             return self.ns
     assert per_robot_dir(Named('/'), '/data/sysid') == '/data/sysid'
     assert per_robot_dir(Named('/lab/left'), '/data/sysid') == '/data/sysid/lab/left'
-    from simreal_ros.onnx_policies import arm3
+    from simreal_ros.core.onnx_policies import arm3
     policy = arm3(str(tmp_path / 'arm3_policy.onnx'))
     with isolated():
         for ns, expect in (('left', '/left'), ('', '')):

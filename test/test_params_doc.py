@@ -1,20 +1,20 @@
 """docs/configuration.md lists every parameter the nodes declare and every observation term key.
 
-The generator (`simreal_ros.params_doc`) builds each node in this process with each robot file
+The generator (`simreal_ros.tools.params_doc`) builds each node in this process with each robot file
 in config/robots/ whose model and policy are present, with discovery off: no node process is
 started and no graph is joined.
 """
 import pytest
 
 from conftest import REPO
-from simreal_ros import params_doc
+from simreal_ros.tools import params_doc
 from simreal_ros.core.config import node_names_in
 from simreal_ros.core.observation import TERM_KINDS, term_parameters
-from simreal_ros.graph import ALL_NODES, MARKERS, POLICY, missing_files
+from simreal_ros.deploy.graph import ALL_NODES, MARKERS, POLICY, missing_files
 
 DOC = REPO / 'docs' / 'configuration.md'
 TERMS = 'policy_runner: observation terms'
-REGENERATE = 'run .venv/bin/python -m simreal_ros.params_doc --write docs/configuration.md'
+REGENERATE = 'run .venv/bin/python -m simreal_ros.tools.params_doc --write docs/configuration.md'
 
 
 @pytest.fixture(scope='module')

@@ -38,7 +38,7 @@ def test_a_steady_series_and_an_empty_column_are_left_as_they_are():
 
 
 def test_the_demo_joint_plot_does_not_draw_across_the_pause():
-    from simreal_ros import demo
+    from simreal_ros.client import demo_report as demo
     t, q = paused_recording()
     tau = 2.0 * q
     fig = demo.joint_figure(t + 1000.0, ['a', 'b'], q, tau)

@@ -294,7 +294,7 @@ def test_start_phase_commands_the_measured_pose_until_admitted_then_eases_to_def
 def test_driver_gains_are_compared_with_the_metadata_in_the_policy_order(tmp_path):
     """pantilt: kp/kd in the robot file are the driver's (head_pan, head_tilt); the policy's
     metadata joint_stiffness/joint_damping are in its own order (head_tilt, head_pan)."""
-    from simreal_ros.pantilt_policy import pantilt
+    from simreal_ros.core.pantilt_policy import pantilt
     params = load_node_params(REPO / 'config' / 'robots' / 'pantilt.yaml', 'policy_runner')
     params['policy_path'] = pantilt(str(tmp_path / 'pantilt.onnx'))
     assert params['kp'] == [20.0, 15.0] and params['policy_joint_names'][0] == 'head_tilt'

@@ -14,8 +14,8 @@ import pytest
 from conftest import REPO
 from rosproc import wait_for
 from simreal_ros.core.config import ConfigError, params_files, setting_file
-from simreal_ros.graph import build_graph
-from simreal_ros.onnx_policies import arm3
+from simreal_ros.deploy.graph import build_graph
+from simreal_ros.core.onnx_policies import arm3
 
 ARM3 = REPO / 'config' / 'robots' / 'arm3.yaml'
 

@@ -11,8 +11,8 @@ from simreal_ros.core.observation import JointMap
 from simreal_ros.core.sim2sim import (Setup, action_errors, check_timing, fall_height,
                                       initial_position, reference_command, reference_distance)
 from simreal_ros.core.trace import load_trace, TraceError
-from simreal_ros.onnx_policies import arm3 as arm3_policy, mlp
-from simreal_ros.reference_rollout import main as rollout_main, rollout
+from simreal_ros.core.onnx_policies import arm3 as arm3_policy, mlp
+from simreal_ros.tools.reference_rollout import main as rollout_main, rollout
 
 ARM3 = REPO / 'config' / 'robots' / 'arm3.yaml'
 G1 = REPO / 'config' / 'robots' / 'g1_12dof.yaml'

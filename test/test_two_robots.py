@@ -49,7 +49,7 @@ def two_robots(tmp_path):
             # status_markers and the SysID nodes on one robot
             rviz = ['--rviz', '--sysid'] if ns == 'left' else []
             ups[ns] = subprocess.Popen(
-                [sys.executable, '-m', 'simreal_ros.cli', '-n', ns, 'up', '--policy', policy]
+                [sys.executable, '-m', 'simreal_ros.client.cli', '-n', ns, 'up', '--policy', policy]
                 + rviz,
                 cwd=REPO, stdout=logs[ns], stderr=subprocess.STDOUT, env=env)
         for ns in ups:
@@ -130,7 +130,7 @@ def test_monitoring_files_name_what_runs_in_each_namespace(two_robots, tmp_path)
     installable on the pip path, so what they would subscribe to is checked instead."""
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
-    from simreal_ros import monitor
+    from simreal_ros.deploy import monitor_files as monitor
     from simreal_ros.client.rig import Spinner
     env = two_robots
     folder = tmp_path / 'monitoring'

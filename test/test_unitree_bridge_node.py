@@ -15,7 +15,7 @@ import rclpy
 from simreal_ros.client.rig import ARM3, REPO, NodeProcess, Rig, unitree_wire, wait_for
 from simreal_ros.core import unitree
 
-dds = pytest.importorskip('simreal_ros.unitree_dds', reason='cyclonedds not installed')
+dds = pytest.importorskip('simreal_ros.drivers.unitree_dds', reason='cyclonedds not installed')
 pytestmark = pytest.mark.ros
 G1 = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
 ARM_MOTORS = [0, 1, 2]

@@ -1,6 +1,6 @@
 """Unitree low-level messages on the wire: our encoding against independent implementations.
 
-- Our fast codec (C layout -> CDR by a byte index, simreal_ros/unitree_dds.py) against
+- Our fast codec (C layout -> CDR by a byte index, simreal_ros/drivers/unitree_dds.py) against
   cyclonedds' own serialisation of our IDL classes, byte for byte, for every type.
 - Our bytes decoded by the vendor's SDK types (unitree_sdk2py, as packaged on PyPI:
   unitree-sdk2py-dimos, installed --no-deps by scripts/bootstrap.sh), and the vendor's bytes
@@ -16,7 +16,7 @@ import pytest
 
 from simreal_ros.core import unitree
 
-dds = pytest.importorskip('simreal_ros.unitree_dds', reason='cyclonedds not installed')
+dds = pytest.importorskip('simreal_ros.drivers.unitree_dds', reason='cyclonedds not installed')
 
 
 def vendor():

@@ -1,4 +1,4 @@
-"""Start and stop the processes of a graph built by simreal_ros.graph (`simreal up`, the demo).
+"""Start and stop the processes of a graph built by simreal_ros.deploy.graph (`simreal up`, the demo).
 
 Each node is its own process in its own process group, so a terminal's Ctrl-C reaches only the
 parent, which stops the nodes with SIGTERM (a clean rclpy shutdown), then SIGKILL.
@@ -14,7 +14,7 @@ def start_graph(graph, log_dir=None, env=None, quiet=False, only=None):
 
     The overlay file is written once per graph. Returns [(spec, Popen, log path)].
     """
-    from simreal_ros.graph import write_overlay
+    from simreal_ros.deploy.graph import write_overlay
     if graph.overlay_path is None:
         write_overlay(graph, log_dir)
     procs = []

@@ -88,8 +88,8 @@ def stall(pid, seconds):
 
 def unitree_wire(interface='unitree_hg'):
     """Parameters putting sim_robot (as a Unitree robot) and unitree_bridge on one private
-    CycloneDDS domain on loopback (simreal_ros.graph.rehearsal_wire)."""
-    from simreal_ros.graph import rehearsal_wire
+    CycloneDDS domain on loopback (simreal_ros.deploy.graph.rehearsal_wire)."""
+    from simreal_ros.deploy.graph import rehearsal_wire
     return rehearsal_wire(interface)
 
 

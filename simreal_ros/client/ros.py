@@ -22,7 +22,7 @@ class Missing(RuntimeError):
 
 def dds_hint():
     """Return the DDS settings in use and how to start the graph, for a 'not found' message."""
-    from simreal_ros.graph import env_summary
+    from simreal_ros.deploy.graph import env_summary
     env = env_summary()
     return (f'(ROS_DOMAIN_ID={env["ROS_DOMAIN_ID"]}, ROS_AUTOMATIC_DISCOVERY_RANGE='
             f'{env["ROS_AUTOMATIC_DISCOVERY_RANGE"]}; start the graph with `simreal up`)')

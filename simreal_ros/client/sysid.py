@@ -22,7 +22,8 @@ import time
 
 import yaml
 
-from simreal_ros.client.ros import join_name, Missing
+from simreal_ros.client.ros import join_name, Missing, safety_state
+from simreal_ros.core.bridge.params import bridge_parameters  # noqa: F401 (the client's API)
 
 RESULT_TOPIC = 'sysid/result'
 # Refusals of a SysID node's start that a node just started gives until it has seen
@@ -65,7 +66,6 @@ def reset_until(ros, timeout=15.0):
 
 
 def _state(ros):
-    from simreal_ros.cli import safety_state
     return safety_state(ros)
 
 
@@ -76,7 +76,6 @@ def select_source(ros, source, timeout=10.0):
     off first (when policy_runner runs) and its output allowed to go safe; for 'policy' the
     SysID source must be idle. An e-stop stays as it is (a reset is the operator's call).
     """
-    from simreal_ros.cli import Missing
     state = _state(ros)
     if state.get('mode') == source:
         return True, f'already forwarding {source}'
@@ -182,31 +181,6 @@ def format_result(result):
     if not lines:
         lines.append('  ' + str(result.get('message', result)))
     return lines
-
-
-# SysID result parameter -> sim_bridge per-joint key (joints.<joint>.<key>); latency is global.
-BRIDGE_KEYS = {'viscous_damping': 'damping', 'coulomb_friction': 'frictionloss',
-               'armature': 'armature'}
-
-
-def bridge_parameters(results):
-    """Return {sim_bridge parameter: value} for SysID result mappings (by joint)."""
-    out, latencies, widths = {}, [], []
-    for result in results:
-        for r in result.get('results') or []:
-            lo, hi = r.get('interval', (None, None))
-            half = (float(hi) - float(lo)) / 2.0 if lo is not None else -1.0
-            if r.get('parameter') in BRIDGE_KEYS:
-                key = f'joints.{r["joint"]}.{BRIDGE_KEYS[r["parameter"]]}'
-                out[key] = float(r['value'])
-                out[key + '_half_width'] = half
-            elif r.get('parameter') == 'latency':
-                latencies.append(float(r['value']))
-                widths.append(half)
-    if latencies:
-        out['latency_s'] = sum(latencies) / len(latencies)
-        out['latency_s_half_width'] = max(widths)
-    return out
 
 
 def push_to_bridge(ros, values):

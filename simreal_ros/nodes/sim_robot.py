@@ -674,7 +674,7 @@ class SimRobot(Node):
 
     # -- Unitree low-level interface (issue 14) -------------------------------------------
     def _unitree_init(self, p, group):
-        from simreal_ros import unitree_dds
+        from simreal_ros.drivers import unitree_dds
         n = self.plant.n
         idx = list(p['motor_indices']) or list(range(n))
         motors = unitree.HG_MOTORS if self.interface == 'unitree_hg' else unitree.GO_MOTORS

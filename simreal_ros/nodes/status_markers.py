@@ -3,7 +3,7 @@
     ros2 launch simreal_ros deploy.launch.py rviz:=true namespace:=left   # started with rviz
     simreal -n left up --rviz
 
-The same markers as `simreal monitor` (`simreal_ros.monitor`: one status line, one bar per
+The same markers as `simreal monitor` (`simreal_ros.client.monitor`: one status line, one bar per
 joint whose length is the largest fraction of a limit in use), published on the relative topic
 `monitor/markers`, so under a namespace it is `/<namespace>/monitor/markers` and two robots'
 markers never mix. Reads `safety/state` (latched), `joint_states` and, where sim_bridge shadows
@@ -15,14 +15,88 @@ import json
 
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
-from visualization_msgs.msg import MarkerArray
+from visualization_msgs.msg import Marker, MarkerArray
 from rclpy.node import Node
 
-from simreal_ros import monitor
+from simreal_ros.core.limit_usage import limit_usage
 from simreal_ros.core.config import ConfigError, load_node_params
 from simreal_ros.nodes.common import LATCHED_QOS, SENSOR_SUB_QOS, declare, run
 
 NODE_NAME = 'status_markers'
+
+
+def _color(marker, fraction):
+    marker.color.a = 1.0
+    if fraction < 0.7:
+        marker.color.r, marker.color.g, marker.color.b = 0.1, 0.8, 0.2
+    elif fraction < 0.95:
+        marker.color.r, marker.color.g, marker.color.b = 0.95, 0.7, 0.1
+    else:
+        marker.color.r, marker.color.g, marker.color.b = 0.9, 0.1, 0.1
+
+
+GAP_COLOUR = {'OK': 0.0, 'WARN': 0.8, 'ERROR': 1.0}
+
+
+def markers(state, usage, frame='world', stamp=None, live_gap=None):
+    """Return a MarkerArray: a status text and one bar + label per joint, and with a live-gap
+    document one text per joint: its gap over the noise floor and status."""
+    out = MarkerArray()
+    text = Marker(ns='simreal', id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD)
+    text.header.frame_id = frame
+    if stamp is not None:
+        text.header.stamp = stamp
+    text.pose.position.z = 1.2
+    text.pose.orientation.w = 1.0
+    text.scale.z = 0.08
+    if state is None:
+        text.text = 'safety_supervisor: no state'
+        _color(text, 1.0)
+    else:
+        stage = state.get('stage', {})
+        estop = f'E-STOP: {state.get("estop_cause")}' if state.get('estop') else 'e-stop clear'
+        text.text = (f'stage {stage.get("stage")} (highest {stage.get("highest")}) | {estop} | '
+                     f'{state.get("output")} {state.get("mode")}')
+        _color(text, 1.0 if state.get('estop') else 0.0)
+    out.markers.append(text)
+    for j, (name, use) in enumerate(sorted(usage.items())):
+        worst = max(use.values()) if use else 0.0
+        bar = Marker(ns='simreal_limits', id=j, type=Marker.CUBE, action=Marker.ADD)
+        bar.header = text.header
+        bar.scale.x = max(min(worst, 1.5), 0.01) * 0.5
+        bar.scale.y = bar.scale.z = 0.04
+        bar.pose.position.x = bar.scale.x / 2.0
+        bar.pose.position.z = 1.0 - 0.08 * j
+        bar.pose.orientation.w = 1.0
+        _color(bar, worst)
+        label = Marker(ns='simreal_labels', id=j, type=Marker.TEXT_VIEW_FACING,
+                       action=Marker.ADD)
+        label.header = text.header
+        label.pose.position.x = -0.35
+        label.pose.position.z = bar.pose.position.z
+        label.pose.orientation.w = 1.0
+        label.scale.z = 0.04
+        label.text = f'{name}: ' + ' '.join(f'{k[:3]} {v * 100:.0f}%' for k, v in use.items())
+        _color(label, worst)
+        out.markers += [bar, label]
+    joints = (live_gap or {}).get('joints') or {}
+    for j, name in enumerate(sorted(joints)):
+        g = joints[name]
+        gap = Marker(ns='simreal_live_gap', id=j, type=Marker.TEXT_VIEW_FACING,
+                     action=Marker.ADD)
+        gap.header = text.header
+        gap.pose.position.x = 0.55
+        gap.pose.position.z = 1.0 - 0.08 * j
+        gap.pose.orientation.w = 1.0
+        gap.scale.z = 0.04
+        if g.get('gap_over_floor') is None or g.get('status') == 'unknown':
+            gap.text = f'{name}: live gap unknown'
+            _color(gap, 0.8)
+        else:
+            gap.text = f'{name}: live gap {g["gap_over_floor"]:.1f}x floor {g["status"]}'
+            _color(gap, GAP_COLOUR.get(g['status'], 1.0))
+        out.markers.append(gap)
+    return out
 
 
 class StatusMarkers(Node):
@@ -77,11 +151,11 @@ class StatusMarkers(Node):
         usage = {}
         if self.joints is not None and self.state is not None:
             j = self.joints
-            usage = monitor.limit_usage(self.params, self.state['stage']['stage'], list(j.name),
-                                        list(j.position), list(j.velocity), list(j.effort))
-        self.pub.publish(monitor.markers(self.state, usage, frame=self.frame,
-                                         stamp=self.get_clock().now().to_msg(),
-                                         live_gap=self.live_gap))
+            usage = limit_usage(self.params, self.state['stage']['stage'], list(j.name),
+                                list(j.position), list(j.velocity), list(j.effort))
+        self.pub.publish(markers(self.state, usage, frame=self.frame,
+                                 stamp=self.get_clock().now().to_msg(),
+                                 live_gap=self.live_gap))
         self.sent += 1
 
 

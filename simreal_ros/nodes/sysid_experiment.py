@@ -40,7 +40,7 @@ from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
 from simreal_ros.nodes.common import (LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare,
                                       per_robot_dir)
-from simreal_ros.client.sysid import bridge_parameters
+from simreal_ros.core.bridge.params import bridge_parameters
 
 SUBSCRIBE_GRACE_S = 1.0   # first joint_states after ~/start subscribes (DDS matching)
 

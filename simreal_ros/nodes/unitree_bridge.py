@@ -6,7 +6,7 @@
 Subscribes `hardware/command` (sensor_msgs/JointState, the supervisor's output) and
 `safety/heartbeat`; publishes `LowCmd_` on `rt/lowcmd` at `rate_hz` (500 Hz) and turns each
 `LowState_` from `rt/lowstate` into `joint_states` and `imu`, stamped on arrival. The robot side
-is CycloneDDS with the vendor's IDL types (simreal_ros/unitree_dds.py) on `unitree.domain_id`
+is CycloneDDS with the vendor's IDL types (simreal_ros/drivers/unitree_dds.py) on `unitree.domain_id`
 and `unitree.network_interface`; ROS is whatever rclpy uses (docs/real_robot.md: one process,
 two middlewares, and what to do with rmw_cyclonedds_cpp).
 
@@ -65,7 +65,7 @@ class UnitreeBridge(Node):
         self.core = BridgeCore(cfg)
         self.executor_kind = p['executor']
         self.rate_hz = p['rate_hz']
-        from simreal_ros import unitree_dds
+        from simreal_ros.drivers import unitree_dds
         self.wire = unitree_dds.Wire(p['unitree.domain_id'], p['unitree.network_interface'])
         self.lowcmd = self.wire.writer(cfg.interface, 'LowCmd_', unitree_dds.TOPIC_CMD)
         self.lowstate = self.wire.reader(cfg.interface, 'LowState_', unitree_dds.TOPIC_STATE,

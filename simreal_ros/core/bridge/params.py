@@ -203,3 +203,28 @@ def params_in_model(model, names):
     if nid >= 0:
         out.latency_s = float(model.numeric_data[model.numeric_adr[nid]])
     return out
+
+
+# SysID result parameter -> sim_bridge per-joint key (joints.<joint>.<key>); latency is global.
+BRIDGE_KEYS = {'viscous_damping': 'damping', 'coulomb_friction': 'frictionloss',
+               'armature': 'armature'}
+
+
+def bridge_parameters(results):
+    """Return {sim_bridge parameter: value} for SysID result mappings (by joint)."""
+    out, latencies, widths = {}, [], []
+    for result in results:
+        for r in result.get('results') or []:
+            lo, hi = r.get('interval', (None, None))
+            half = (float(hi) - float(lo)) / 2.0 if lo is not None else -1.0
+            if r.get('parameter') in BRIDGE_KEYS:
+                key = f'joints.{r["joint"]}.{BRIDGE_KEYS[r["parameter"]]}'
+                out[key] = float(r['value'])
+                out[key + '_half_width'] = half
+            elif r.get('parameter') == 'latency':
+                latencies.append(float(r['value']))
+                widths.append(half)
+    if latencies:
+        out['latency_s'] = sum(latencies) / len(latencies)
+        out['latency_s_half_width'] = max(widths)
+    return out

@@ -233,14 +233,15 @@ def cmd_refine(args, ros):
 
 
 def cmd_monitor(args, ros):
-    from simreal_ros import monitor
+    from simreal_ros.client import monitor
+    from simreal_ros.deploy import monitor_files
     if args.write_config:
         robots = graph_robots(ros)
         if not robots:
             print('no safety_supervisor found on the graph: the analyzers cover this '
                   f'namespace with the default nodes {dds_hint()}')
-            robots = {ros.namespace or '/': list(monitor.DIAGNOSING_NODES)}
-        paths = monitor.write_configs(args.write_config, ros.namespace, robots)
+            robots = {ros.namespace or '/': list(monitor_files.DIAGNOSING_NODES)}
+        paths = monitor_files.write_configs(args.write_config, ros.namespace, robots)
         print(f'rviz2 -d {paths["rviz"]}')
         print(f'rqt --perspective-file {paths["perspective"]}')
         print('ros2 run diagnostic_aggregator aggregator_node --ros-args --params-file '
@@ -256,7 +257,7 @@ def cmd_monitor(args, ros):
 
 
 def cmd_params(args, ros):
-    from simreal_ros.graph import ALL_NODES
+    from simreal_ros.deploy.graph import ALL_NODES
     nodes = args.nodes or list(ALL_NODES)
     deadline = time.monotonic() + 3.0   # discovery of a fresh CLI node takes a moment
     present = set()
@@ -302,7 +303,7 @@ def _interrupt(signum, frame):
 
 
 def graph_from_args(args, overrides=None):
-    from simreal_ros.graph import build_graph
+    from simreal_ros.deploy.graph import build_graph
     return build_graph(args.robot, policy=args.policy or '', use_sim=not args.no_sim,
                        sysid=args.sysid, use_sim_time=args.use_sim_time,
                        namespace=args.namespace, overrides=overrides,
@@ -327,13 +328,13 @@ def cmd_up(args, _ros=None):
     procs = start_graph(graph)
     files = None
     if args.rviz:
-        from simreal_ros.graph import monitor_configs
+        from simreal_ros.deploy.graph import monitor_configs
         files = monitor_configs(graph)
         print(f'monitoring files for this robot: rviz {files["rviz"]}, rqt '
               f'{files["perspective"]}, diagnostic_aggregator {files["analyzers"]}')
     ros = recorder = None
     if args.record:
-        from simreal_ros.record import SessionRecorder
+        from simreal_ros.client.record import SessionRecorder
         ros = Ros(graph.namespace, use_sim_time=graph.use_sim_time)
         recorder = SessionRecorder(ros.node, args.record, graph.namespace)
         print(f'recording the session to {args.record}', flush=True)
@@ -403,7 +404,7 @@ def cmd_limits(args, _ros=None):
 
 
 def cmd_demo(args, _ros=None):
-    from simreal_ros import demo
+    from simreal_ros.client import demo
     return demo.main(['--robot', args.robot, '--rtf', str(args.rtf)]
                      + (['--fast'] if args.fast else []))
 

@@ -3,7 +3,7 @@
 `simreal up`, `simreal demo` and `launch/deploy.launch.py` all build their processes from
 `build_graph()`, so they start the same nodes with the same parameters. No rclpy here.
 
-    from simreal_ros.graph import build_graph
+    from simreal_ros.deploy.graph import build_graph
     graph = build_graph('arm3', sysid=True)
     for node in graph.nodes:
         print(node.name, node.params_files, node.remaps)
@@ -271,7 +271,7 @@ def _stand_in(path):
     the working directory, so `ros2 launch simreal_ros deploy.launch.py` starts policy_runner
     from anywhere.
     """
-    from simreal_ros.onnx_policies import STAND_INS, stand_in_policy
+    from simreal_ros.core.onnx_policies import STAND_INS, stand_in_policy
     configured = str(load_node_params(path, POLICY).get('policy_path') or '')
     name = os.path.basename(configured)
     if name not in STAND_INS or configured.startswith(('/', 'package://')):
@@ -297,7 +297,7 @@ def _policy_problem(path, over):
     try:
         _policy_file(path, over)
     except ConfigError as exc:
-        from simreal_ros.onnx_policies import STAND_INS
+        from simreal_ros.core.onnx_policies import STAND_INS
         if os.path.basename(str(policy)) in STAND_INS:
             hint = (f'; {os.path.basename(str(policy))} is a stand-in the package makes on '
                     'first use when policy_path names it by a relative path (as '
@@ -319,7 +319,7 @@ def missing_files(robot):
     never missing. Tests skip a robot file with this,
     whatever its name: the G1's model and policy live in ../shared, beside the repository.
     """
-    from simreal_ros.onnx_policies import STAND_INS
+    from simreal_ros.core.onnx_policies import STAND_INS
     path = robot_config_path(robot)
     missing = []
     for section in _sections(path) or ['/**']:
@@ -352,7 +352,7 @@ def write_overlay(graph, folder=None):
     folder = Path(folder or tempfile.mkdtemp(prefix='simreal_graph_'))
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f'{graph.robot_name}_overlay.yaml'
-    out.write_text('# Written by simreal_ros.graph: overrides on top of '
+    out.write_text('# Written by simreal_ros.deploy.graph: overrides on top of '
                    f'{graph.config_path}\n' + yaml.safe_dump(sections, sort_keys=True))
     graph.overlay_path = out
     for spec in graph.nodes:
@@ -377,9 +377,9 @@ def rviz_config():
 
 def monitor_configs(graph, folder=None):
     """Write the rviz, rqt and diagnostic_aggregator files for `graph`'s robot (its topics in
-    its namespace; see simreal_ros.monitor.write_configs) beside the overlay, or into
+    its namespace; see simreal_ros.deploy.monitor_files.write_configs) beside the overlay, or into
     `folder`; return {'rviz', 'perspective', 'analyzers'}: their paths."""
-    from simreal_ros.monitor import write_configs
+    from simreal_ros.deploy.monitor_files import write_configs
     if folder is None:
         base = graph.overlay_path.parent if graph.overlay_path else Path(
             tempfile.mkdtemp(prefix='simreal_graph_'))

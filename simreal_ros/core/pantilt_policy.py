@@ -1,10 +1,10 @@
 """The pantilt stand-in policy: a small deterministic ONNX file for the third embedded robot.
 
 `config/robots/pantilt.yaml` names `pantilt_policy.onnx`; like arm3's stand-in it is made on
-first use in the user data folder (`simreal_ros.onnx_policies.stand_in_policy`), so nothing
+first use in the user data folder (`simreal_ros.core.onnx_policies.stand_in_policy`), so nothing
 binary is committed. By hand:
 
-    python -m simreal_ros.pantilt_policy /tmp/pantilt_policy.onnx
+    python -m simreal_ros.core.pantilt_policy /tmp/pantilt_policy.onnx
     .venv/bin/python scripts/pantilt_policy.py /tmp/pantilt_policy.onnx     # from a checkout
 
 Observation (8 values, policy order head_tilt, head_pan): joint_pos (relative to
@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from simreal_ros.onnx_policies import _save
+from simreal_ros.core.onnx_file import save_graph
 
 JOINTS = ('head_tilt', 'head_pan')        # the policy's order
 N_OBS, N_ACT, HIDDEN = 8, 2, 16
@@ -54,7 +54,7 @@ def pantilt(path, seed=7):
         [helper.make_tensor_value_info('obs', TensorProto.FLOAT, [1, N_OBS])],
         [helper.make_tensor_value_info('actions', TensorProto.FLOAT, [1, N_ACT])], inits)
     csv = lambda values: ','.join(str(v) for v in values)   # noqa: E731
-    return _save(graph, path, metadata={
+    return save_graph(graph, path, metadata={
         'joint_names': csv(JOINTS), 'default_joint_pos': csv(DEFAULT_POSITION),
         'action_scale': str(ACTION_SCALE), 'joint_stiffness': csv(STIFFNESS),
         'joint_damping': csv(DAMPING)})

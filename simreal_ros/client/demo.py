@@ -1,10 +1,10 @@
 """The end-to-end demo on the embedded robot (the README's `make demo`).
 
-    python -m simreal_ros.demo                 # arm3, a few minutes, results/demo-<time>/
-    python -m simreal_ros.demo --fast          # fewer experiments (one joint per SysID node)
+    python -m simreal_ros.client.demo                 # arm3, a few minutes, results/demo-<time>/
+    python -m simreal_ros.client.demo --fast          # fewer experiments (one joint per SysID node)
     simreal demo
 
-Steps: bring up the graph (`simreal_ros.graph`, the same one `simreal up` and deploy.launch.py
+Steps: bring up the graph (`simreal_ros.deploy.graph`, the same one `simreal up` and deploy.launch.py
 start); run the SysID experiments through safety_supervisor; push the results to sim_bridge
 and show the reality gap before and after; the bring-up (`safety/go_default`: slowly to the
 default pose, held there); enable the policy, which takes over at the held pose, and promote
@@ -19,13 +19,16 @@ safety_supervisor.
 """
 import argparse
 from datetime import datetime
-import html
-import json
 import os
 from pathlib import Path
 import sys
 import time
 import traceback
+
+from simreal_ros.client.demo_report import write_report
+from simreal_ros.client.demo_swing import (amp_text, amplitude_problems, clip_counts,
+                                           clip_diff, explain_clips, swing_period,
+                                           SwingCommand)
 
 LATER = ('friction_id', 'inertia_id', 'latency_id', 'sim_bridge')
 DEMO_DWELL_S = 1.5         # stage dwell for the demo (the robot files say 5 s)
@@ -33,7 +36,6 @@ DEFAULT_DOMAIN = '71'
 
 
 RETRY_ON = ('e-stop', 'joint_states stale')   # SysID stops worth one more attempt
-TRACKING_TOLERANCE = 0.15  # the last stage's swing amplitude vs the reference's (fraction)
 
 
 class Skip(Exception):
@@ -106,7 +108,7 @@ class Demo:
     def bring_up(self):
         from simreal_ros.client.processes import start_graph
         from simreal_ros.client.ros import Ros
-        from simreal_ros.graph import build_graph, load_node_params
+        from simreal_ros.deploy.graph import build_graph, load_node_params
         policy = self.make_policy()
         overrides = {
             # The demo commands arm3's swing on cmd_vel from its own process: a stall of it up
@@ -145,7 +147,7 @@ class Demo:
         first = [n for n in self.graph.names() if n not in LATER]
         self.procs = start_graph(self.graph, log_dir=logs, quiet=True, only=first)
         self.ros = Ros(self.graph.namespace, use_sim_time=sim_time)
-        from simreal_ros.record import SessionRecorder
+        from simreal_ros.client.record import SessionRecorder
         self.recorder = SessionRecorder(self.ros.node, self.out / 'session.mcap',
                                         self.graph.namespace)
         names = first
@@ -175,12 +177,12 @@ class Demo:
 
     def make_policy(self):
         """arm3's swing policy, fitted from the simulator into the results folder (nothing
-        binary ships: simreal_ros.onnx_policies.arm3), or the robot file's own policy."""
+        binary ships: simreal_ros.core.onnx_policies.arm3), or the robot file's own policy."""
         from simreal_ros.core.config import load_node_params, robot_config_path
         if not self.swing:
             params = load_node_params(robot_config_path(self.robot), 'policy_runner')
             return params.get('policy_path', '')
-        from simreal_ros.onnx_policies import arm3
+        from simreal_ros.core.onnx_policies import arm3
         path = self.out / 'policy' / f'{self.robot}_policy.onnx'
         path.parent.mkdir(parents=True, exist_ok=True)
         return arm3(str(path))
@@ -355,7 +357,7 @@ class Demo:
 
     def _stages(self, swing):
         from simreal_ros.client import sysid as sysid_client
-        from simreal_ros.graph import node_parameters
+        from simreal_ros.deploy.graph import node_parameters
         # Held at the default pose by the bring-up (previous step), the policy is admitted
         # through the reset checks and takes over there (commanded fraction 0: it holds).
         resp = self.ros.set_bool('policy_runner/enable', True, 'policy_runner')
@@ -363,7 +365,7 @@ class Demo:
             raise RuntimeError(resp.message)
         first = self.state()
         scales = first['stage']['stages']
-        clips_before = _clip_counts(first)
+        clips_before = clip_counts(first)
         runner = node_parameters(self.graph, self.graph.node('policy_runner'))
         ease = float(runner.get('ease_in_s', 2.0))
         trips = []
@@ -437,7 +439,7 @@ class Demo:
                 amp = swing.amplitude(now - swing.period, now)
                 self.stage_amplitude[f'{scale:.2f}'] = amp
                 self.say(f'    stage {scale:.2f}: swing commanded at {scale:.2f} of the full '
-                         f'reference, amplitude {_amp_text(amp, swing.reference(scale))}, '
+                         f'reference, amplitude {amp_text(amp, swing.reference(scale))}, '
                          f'clean for {stage["clean_for_s"]:.1f} s')
             if index == len(scales) - 1:
                 done = True
@@ -449,13 +451,13 @@ class Demo:
         if swing is not None:    # back to the default pose before the e-stop step
             swing.ramp_to(0.0, rate=max(SwingCommand.RATE, 0.5 * swing.fraction))
         final = self.state()
-        clips = _clip_diff(clips_before, _clip_counts(final))
-        staged = _clip_diff(demo['clips_after'], _clip_counts(final)) if demo else clips
+        clips = clip_diff(clips_before, clip_counts(final))
+        staged = clip_diff(demo['clips_after'], clip_counts(final)) if demo else clips
         self.facts['stages'] = final['stage']
         self.facts['stage_amplitude_rad'] = {k: v['amplitude_rad']
                                              for k, v in self.stage_amplitude.items()}
         self.facts['stage_swing'] = self.stage_amplitude
-        why = _explain_clips(staged, self._limits())
+        why = explain_clips(staged, self._limits())
         if staged and swing is not None:
             # The swing each stage gets asks for a fraction of the stage's target rate; clips
             # beyond it come from commands arriving unevenly (a target step computed over one
@@ -493,7 +495,7 @@ class Demo:
                    f'{sum(demo["clips"].values())} clips')
         detail += (f'; clips while promoting {sum(staged.values())}'
                    + (f' ({self.facts["policy_clips"]["explanation"]})' if staged else ''))
-        problems = _amplitude_problems(scales, amps, swing.reference(1.0))
+        problems = amplitude_problems(scales, amps, swing.reference(1.0))
         if problems:
             raise RuntimeError('; '.join(problems) + ' -- ' + detail)
         return detail
@@ -512,7 +514,7 @@ class Demo:
 
     def _limits(self):
         """The supervisor's limits at stage 1.00 (for explaining clips)."""
-        from simreal_ros.graph import node_parameters
+        from simreal_ros.deploy.graph import node_parameters
         p = node_parameters(self.graph, self.graph.node('safety_supervisor'))
         names = list(p.get('joint_names') or [])
         return {'names': names, **{k: list(p[k]) for k in (
@@ -520,7 +522,7 @@ class Demo:
 
     def _clipped_swing(self, swing, scale):
         """The full reference swing commanded at the lowest stage: what gets through."""
-        before = _clip_counts(self.state())
+        before = clip_counts(self.state())
         swing.ramp_to(1.0, rate=1.0)
         start = swing.now()
         period = swing_period(swing)
@@ -536,10 +538,10 @@ class Demo:
         # swing is measured from here.
         self.wait(lambda: self._forwarding_clean(self._fail_on_estop) >= DEMO_DWELL_S,
                   30 + 2 * period, f'stage {scale:.2f} clean again after the full swing')
-        after = _clip_counts(self.state())
-        clips = _clip_diff(before, after)
+        after = clip_counts(self.state())
+        clips = clip_diff(before, after)
         ref = swing.reference(1.0)
-        explanation = _explain_clips(clips, self._limits(), scale, swing.peak_rate(1.0))
+        explanation = explain_clips(clips, self._limits(), scale, swing.peak_rate(1.0))
         result = {'stage': scale, 'amplitude_rad': amp['amplitude_rad'],
                   'reference_rad': ref['amplitude_rad'], 'joints': amp['joints'],
                   'clips': clips, 'explanation': explanation, 'clips_after': after}
@@ -553,7 +555,7 @@ class Demo:
         speeds = ', '.join(f'{n} {amp["peak_speed_rad_s"][n]:.2f} of {asked[n]:.2f}'
                            for n in swing.names)
         self.say(f'    full swing at stage {scale:.2f}: amplitude '
-                 f'{_amp_text(amp, ref)}, peak speed {speeds} rad/s; '
+                 f'{amp_text(amp, ref)}, peak speed {speeds} rad/s; '
                  f'{sum(clips.values())} clips: {explanation}')
         return result
 
@@ -600,326 +602,8 @@ class Demo:
             raise RuntimeError(f'not a clean exit: {unclean}; ' + detail)
         return detail
 
-    # -- report -------------------------------------------------------------------------
-    def _stage_html(self):
-        """The policy stage's table: swing amplitude per stage and what was clipped, why."""
-        if not self.stage_amplitude and 'full_swing_at_lowest_stage' not in self.facts:
-            return ''
-        esc = html.escape
-        rows = ''
-        for stage, amp in self.stage_amplitude.items():
-            joints = ', '.join(f'{j} {v:.3f}' for j, v in amp['joints'].items())
-            rows += (f'<tr><td>{esc(stage)}</td><td>{esc(stage)} of the full swing</td>'
-                     f'<td>{amp["amplitude_rad"]:.3f}</td><td>{esc(joints)}</td></tr>')
-        text = ('<h2>policy stages: swing amplitude</h2><p>The policy swings the arm about '
-                'the default pose; the operator (the demo) commands the fraction of the full '
-                'reference swing each stage allows. A stage is earned only by running clean '
-                '(a clip demotes), so the swing grows with the stage. Amplitude: half the '
-                'peak-to-peak joint position over at least one period.</p><table><tr>'
-                '<th>stage</th><th>commanded</th><th>amplitude (rad)</th><th>per joint</th>'
-                f'</tr>{rows}</table>')
-        full = self.facts.get('full_swing_at_lowest_stage')
-        if full:
-            speeds = ', '.join(f'{n} {v:.2f} of {full["reference_peak_speed_rad_s"][n]:.2f}'
-                               for n, v in full['peak_speed_rad_s'].items())
-            text += (f'<p>The full reference swing (amplitude {full["reference_rad"]:.3f} rad) '
-                     f'commanded at stage {full["stage"]:.2f}: {full["amplitude_rad"]:.3f} rad, '
-                     f'peak speed {esc(speeds)} rad/s got through; '
-                     f'{sum(full["clips"].values())} clips (joint and limit counted per '
-                     f'supervisor tick): {esc(full["explanation"])}</p>')
-        clips = (self.facts.get('policy_clips') or {}).get('while_promoting')
-        if clips is not None:
-            why = (self.facts['policy_clips'].get('explanation') or '') if clips else ''
-            text += (f'<p>Clipped joint outputs while promoting: {sum(clips.values())}'
-                     + (f': {esc(why)}' if why else '') + '</p>')
-        return text
-
     def report(self):
-        plots = _plots(self.out)
-        summary = {'robot': self.robot, 'results': str(self.out),
-                   'steps': [{'step': s, 'status': st, 'detail': d, 'seconds': round(t, 1)}
-                             for s, st, d, t in self.rows],
-                   'stage_amplitude_rad': {k: v['amplitude_rad']
-                                           for k, v in self.stage_amplitude.items()},
-                   'clips': self.facts.get('policy_clips', {}),
-                   'facts': _jsonable(self.facts), 'plots': plots}
-        (self.out / 'summary.json').write_text(json.dumps(summary, indent=2))
-        rows = ''.join(f'<tr class="{st}"><td>{html.escape(s)}</td><td>{st}</td>'
-                       f'<td>{html.escape(d)}</td><td>{t:.1f}</td></tr>'
-                       for s, st, d, t in self.rows)
-        imgs = ''.join(f'<h2>{html.escape(p)}</h2><img src="{html.escape(p)}">' for p in plots)
-        imgs = self._stage_html() + imgs
-        (self.out / 'report.html').write_text(
-            '<!doctype html><meta charset="utf-8"><title>simreal_ros demo</title>'
-            '<style>td{padding:2px 8px;border-bottom:1px solid #ccc}.ok{color:#060}'
-            '.failed{color:#a00}.skipped{color:#777}</style>'
-            f'<h1>simreal_ros demo: {html.escape(self.robot)}</h1><table>'
-            '<tr><th>step</th><th>status</th><th>detail</th><th>s</th></tr>'
-            f'{rows}</table>{imgs}<h2>facts</h2><pre>'
-            f'{html.escape(json.dumps(_jsonable(self.facts), indent=2))}</pre>')
-        width = max(len(s) for s, *_ in self.rows)
-        print('\nsummary ' + '-' * 70)
-        for s, st, d, t in self.rows:
-            print(f'{s:<{width}}  {st:<7} {t:6.1f} s  {d[:110]}')
-        print('-' * 78)
-        if self.stage_amplitude:
-            print('swing amplitude per stage (rad): ' + ', '.join(
-                f'{k}: {v["amplitude_rad"]:.3f}' for k, v in self.stage_amplitude.items()))
-        print(f'results: {self.out} (report.html, summary.json, session.mcap, sysid/, logs/)')
-
-
-class SwingCommand:
-    """The operator's side of arm3's swing: cmd_vel linear.x (the commanded fraction of the
-    full reference swing) published at 50 Hz and ramped, and joint_states kept for the
-    amplitudes.
-
-    The fraction moves by at most `rate` per second in 50 steps a second: one step moves the
-    policy's targets by at most 0.003 x the swing amplitude, well inside what the target-rate
-    limit allows per policy period at the lowest stage, so a command change is never what
-    the supervisor clips. cmd_vel is republished every step: policy_runner drops a command
-    older than its cmd_vel_timeout_s to zero.
-    """
-
-    RATE = 0.15      # commanded fraction per second
-    HZ = 50.0
-
-    def __init__(self, ros, graph):
-        import collections
-        import threading
-        from geometry_msgs.msg import Twist
-        from rclpy.clock import Clock, ClockType
-        from sensor_msgs.msg import JointState
-        from simreal_ros.client.ros import join_name
-        from simreal_ros.graph import node_parameters
-        from simreal_ros.nodes.common import SENSOR_SUB_QOS
-        from simreal_ros.onnx_policies import ARM3_SWING_AMPLITUDE, ARM3_SWING_PERIOD_S
-        import numpy as np
-        runner = node_parameters(graph, graph.node('policy_runner'))
-        self.names = list(runner.get('policy_joint_names') or runner['joint_names'])
-        self.reference_amplitude = np.asarray(ARM3_SWING_AMPLITUDE, float)
-        self.period = float(ARM3_SWING_PERIOD_S)
-        self.fraction = 0.0
-        self._goal = 0.0
-        self._step = self.RATE / self.HZ
-        self._lock = threading.Lock()
-        self._arrived = threading.Event()
-        self._arrived.set()
-        self._samples = collections.deque(maxlen=int(500 * 300))
-        self._twist = Twist
-        self._node = ros.node
-        remaps = dict(graph.node('policy_runner').remaps)
-        topic = join_name(ros.namespace, remaps.get('joint_states', 'joint_states'))
-        self.pub = ros.node.create_publisher(Twist, join_name(ros.namespace, 'cmd_vel'), 10)
-        self.sub = ros.node.create_subscription(JointState, topic, self._on_joint_states,
-                                                SENSOR_SUB_QOS)
-        self.timer = ros.node.create_timer(1.0 / self.HZ, self._tick,
-                                           clock=Clock(clock_type=ClockType.STEADY_TIME))
-        # policy_runner's restarts (a stall made the supervisor stop admitting it: it eases
-        # to the default pose and starts the swing again), from its /diagnostics at 1 Hz:
-        # (stamp, eases started, start phase).
-        from diagnostic_msgs.msg import DiagnosticArray
-        self._loop_name = (join_name(ros.namespace, 'policy_runner').lstrip('/')
-                           + ': loop')
-        self._handovers = collections.deque(maxlen=3600)   # (stamp, handovers)
-        self.diag = ros.node.create_subscription(DiagnosticArray, '/diagnostics',
-                                                 self._on_diagnostics, 10)
-
-    def _on_joint_states(self, msg):
-        try:
-            index = [list(msg.name).index(n) for n in self.names]
-        except ValueError:
-            return
-        velocity = list(msg.velocity)
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        self._samples.append((stamp, [msg.position[i] for i in index],
-                              [velocity[i] if len(velocity) == len(msg.name) else float('nan')
-                               for i in index]))
-
-    def _on_diagnostics(self, msg):
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        for status in msg.status:
-            if status.name == self._loop_name:
-                values = {kv.key: kv.value for kv in status.values}
-                if 'eases' in values:
-                    self._handovers.append((stamp, int(values['eases']),
-                                            values.get('start_phase')))
-
-    def undisturbed(self, t0, t1):
-        """True when policy_runner ran the policy all along between ROS times t0 and t1 (no
-        spell without the supervisor's admission, no ease back to the default pose), False
-        when not, None until its diagnostics after t1 have arrived."""
-        seen = list(self._handovers)
-        before = [(n, phase) for t, n, phase in seen if t <= t0]
-        after = [(n, phase) for t, n, phase in seen if t >= t1]
-        if not after or not before:
-            return None
-        return before[-1][0] == after[0][0] and before[-1][1] == after[0][1] == 'policy'
-
-    def _tick(self):
-        with self._lock:
-            delta = self._goal - self.fraction
-            self.fraction = (self._goal if abs(delta) <= self._step
-                             else self.fraction + self._step * (1 if delta > 0 else -1))
-            if self.fraction == self._goal:
-                self._arrived.set()
-            value = self.fraction
-        msg = self._twist()
-        msg.linear.x = float(value)
-        self.pub.publish(msg)
-
-    def ramp_to(self, fraction, rate=None):
-        """Ramp the commanded fraction to `fraction`; return once it is published."""
-        with self._lock:
-            self._step = (rate or self.RATE) / self.HZ
-            self._goal = float(fraction)
-            self._arrived.clear()
-            span = abs(self._goal - self.fraction)
-        if not self._arrived.wait(span / (rate or self.RATE) + 10.0):
-            raise RuntimeError(f'the swing command did not reach {fraction:g} (cmd_vel timer '
-                               'not running)')
-
-    def stop(self):
-        """Command no swing at once (after an e-stop: the policy starts again from rest)."""
-        with self._lock:
-            self._goal = self.fraction = 0.0
-            self._arrived.set()
-
-    def now(self):
-        """ROS time (simulated with --rtf), the time of the joint_states stamps."""
-        return self._node.get_clock().now().nanoseconds * 1e-9
-
-    def amplitude(self, t0, t1):
-        """Half the peak-to-peak joint position between ROS times t0 and t1 (joint_states
-        stamps), per joint, and the peak speed; 'amplitude_rad' is the largest."""
-        import numpy as np
-        rows = [(p, v) for t, p, v in list(self._samples) if t0 <= t <= t1]
-        if len(rows) < 50:
-            raise RuntimeError(f'only {len(rows)} joint_states messages in {t1 - t0:.1f} s')
-        q = np.array([p for p, _ in rows])
-        dq = np.abs(np.array([v for _, v in rows]))
-        amp = (q.max(axis=0) - q.min(axis=0)) / 2
-        return _amplitudes(self.names, amp, samples=len(q), peak_speed_rad_s={
-            n: round(float(v), 3) for n, v in zip(self.names, np.nanmax(dq, axis=0))})
-
-    def reference(self, fraction):
-        """The reference swing's amplitude at the commanded fraction."""
-        return _amplitudes(self.names, abs(fraction) * self.reference_amplitude)
-
-    def peak_rate(self, fraction):
-        """The reference's peak speed per joint (rad/s) at the commanded fraction."""
-        import numpy as np
-        return dict(zip(self.names, (abs(fraction) * self.reference_amplitude * 2 * np.pi
-                                     / self.period).tolist()))
-
-    def close(self):
-        self._node.destroy_timer(self.timer)
-        self._node.destroy_subscription(self.diag)
-        self.pub.publish(self._twist())      # no swing
-        self._node.destroy_subscription(self.sub)
-        self._node.destroy_publisher(self.pub)
-
-
-def swing_period(swing):
-    """The swing's period, the shortest stretch a stage's amplitude is measured over (0 when
-    the robot has no swing policy: the dwell alone counts)."""
-    return swing.period if swing is not None else 0.0
-
-
-def _amplitudes(names, values, **extra):
-    values = [float(v) for v in values]
-    big = max(range(len(values)), key=lambda i: values[i])
-    return dict({'amplitude_rad': round(values[big], 4), 'joint': names[big],
-                 'joints': {n: round(v, 4) for n, v in zip(names, values)}}, **extra)
-
-
-def _amp_text(amp, ref):
-    return (f'{amp["amplitude_rad"]:.3f} rad ({amp["joint"]}; reference '
-            f'{ref["joints"][amp["joint"]]:.3f})')
-
-
-def _clip_counts(state):
-    """safety/state's clip counters as {'kind/joint': count}."""
-    return {f'{kind}/{joint}': int(n) for kind, joints in (state.get('clips') or {}).items()
-            for joint, n in joints.items()}
-
-
-def _clip_diff(before, after):
-    """The clips counted between two _clip_counts(), non-zero ones only."""
-    return {k: after[k] - before.get(k, 0) for k in sorted(after)
-            if after[k] - before.get(k, 0) > 0}
-
-
-def _explain_clips(clips, limits, scale=None, peak_rate=None):
-    """Say which limit each kind of clip met, and why, in one line ('' without clips).
-
-    `clips` {'kind/joint': count}; `limits` the supervisor's stage-1.00 limits (`names` and
-    the per-joint lists); `scale` the stage (None: the stage each clip happened at);
-    `peak_rate` {joint: rad/s} the motion asked for, when known.
-    """
-    if not clips:
-        return ''
-    names = limits.get('names') or []
-    kinds = {}
-    for key, n in clips.items():
-        kind, joint = key.split('/', 1)
-        kinds.setdefault(kind, {})[joint] = n
-
-    def bound(key, joint):
-        values = limits.get(key) or []
-        if joint not in names or not values:
-            return '?'
-        value = values[names.index(joint)] if len(values) > 1 else values[0]
-        return f'{value * scale:.2f}' if scale is not None else f'{value:g} x stage'
-    at = f'stage {scale:.2f}' if scale is not None else 'its stage'
-    parts = []
-    for kind, joints in sorted(kinds.items()):
-        who = ', '.join(f'{j} {n}' for j, n in sorted(joints.items()))
-        if kind == 'rate':
-            text = ('the position target moved faster than max_target_rate at ' + at + ' ('
-                    + ', '.join(f'{j} {bound("max_target_rate", j)} rad/s' for j in joints)
-                    + ')')
-            if peak_rate:
-                text += ('; the swing asks for up to '
-                         + ', '.join(f'{j} {peak_rate[j]:.2f}' for j in joints
-                                     if j in peak_rate) + ' rad/s')
-        elif kind == 'torque':
-            text = ('the target implied more than torque_limit at ' + at + ' ('
-                    + ', '.join(f'{j} {bound("torque_limit", j)} N*m' for j in joints)
-                    + ') as kp*(q_t - q) - kd*dq: the joint lagged its target')
-        elif kind == 'acceleration':
-            text = ('the target\'s rate changed faster than max_target_accel at ' + at + ' ('
-                    + ', '.join(f'{j} {bound("max_target_accel", j)} rad/s^2' for j in joints)
-                    + ')')
-        elif kind == 'velocity':
-            text = ('a joint moved faster than velocity_limit at ' + at + ' ('
-                    + ', '.join(f'{j} {bound("velocity_limit", j)} rad/s' for j in joints)
-                    + '): only braking torque was let through')
-        elif kind == 'position':
-            text = 'a target outside the soft position limits was moved inside them'
-        else:
-            text = 'limit ' + kind
-        parts.append(f'{kind} ({who}): {text}')
-    return '; '.join(parts)
-
-
-def _amplitude_problems(scales, amps, full):
-    """What is wrong with the per-stage swing amplitudes ([] when nothing): each stage
-    measured, rising with the stage, and the last stage tracking the full reference
-    (`full`: SwingCommand.reference(1.0)) within TRACKING_TOLERANCE."""
-    problems = []
-    missing = [f'{s:.2f}' for s, a in zip(scales, amps) if a is None]
-    if missing:
-        return [f'no swing amplitude measured at stage(s) {", ".join(missing)}']
-    for (s0, a0), (s1, a1) in zip(zip(scales, amps), zip(scales[1:], amps[1:])):
-        if not a1 > a0:
-            problems.append(f'the swing amplitude does not rise from stage {s0:.2f} '
-                            f'({a0:.3f} rad) to {s1:.2f} ({a1:.3f} rad)')
-    ref = full['amplitude_rad']
-    if abs(amps[-1] - ref) > TRACKING_TOLERANCE * ref:
-        problems.append(f'stage {scales[-1]:.2f} does not track the reference swing: '
-                        f'amplitude {amps[-1]:.3f} rad, reference {ref:.3f} rad '
-                        f'(tolerance {100 * TRACKING_TOLERANCE:.0f} %)')
-    return problems
+        write_report(self)
 
 
 def _progress(say, node):
@@ -931,53 +615,6 @@ def _progress(say, node):
             last[0] = percent
             say(f'    {node}: {"#" * (percent // 10):<10} {percent:3d} % {text}')
     return show
-
-
-def joint_figure(t, names, q, tau):
-    """Return the figure of joint positions and applied torques over the session.
-
-    The lines stop where the recording paused (the SysID step): a straight segment across
-    the pause would show motion that was never recorded.
-    """
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from simreal_ros.core.series import break_gaps
-    t, q, tau = break_gaps(np.asarray(t) - t[0], q, tau)
-    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    for i, name in enumerate(names):
-        axes[0].plot(t, q[:, i], label=name, lw=0.8)
-        if tau.size:
-            axes[1].plot(t, tau[:, i], label=name, lw=0.8)
-    axes[0].set_ylabel('position (rad)')
-    axes[1].set_ylabel('applied torque (N*m)')
-    axes[1].set_xlabel('session time (s)')
-    axes[0].legend(loc='upper right')
-    fig.tight_layout()
-    return fig
-
-
-def _plots(out):
-    """Joint positions and applied torques of the session (from the MCAP); [] without it."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-        from simreal_ros.record import read_joint_states
-        t, names, q, _, tau = read_joint_states(out / 'session.mcap')
-    except Exception:  # noqa: BLE001 - plots are optional; the MCAP is the data
-        return []
-    if len(t) < 2:
-        return []
-    fig = joint_figure(t, names, q, tau)
-    fig.savefig(out / 'joint_states.png', dpi=90)
-    plt.close(fig)
-    return ['joint_states.png']
-
-
-def _jsonable(value):
-    return json.loads(json.dumps(value, default=str))
 
 
 def main(argv=None):

@@ -1,6 +1,6 @@
 """A training-side reference loop without ROS: the robot's MuJoCo model and its ONNX policy.
 
-    python -m simreal_ros.reference_rollout --robot config/robots/arm3.yaml --out ref.npz \
+    python -m simreal_ros.tools.reference_rollout --robot config/robots/arm3.yaml --out ref.npz \
         [--policy P.onnx] [--steps 1000] [--cmd-vel 0.3 0 0.5] [--no-hold] \
         [--initial-position 0.4 -0.5 0.7]
     .venv/bin/python scripts/reference_rollout.py ...          # the same, from a checkout
@@ -45,7 +45,7 @@ def resolve_policy(robot, policy=None):
     package makes, such as arm3's, is made in the user data folder as `simreal up` does)."""
     if policy:
         return resolve_path(policy, what='--policy')
-    from simreal_ros.onnx_policies import STAND_INS, stand_in_policy
+    from simreal_ros.core.onnx_policies import STAND_INS, stand_in_policy
     path = robot_config_path(robot)
     configured = str(load_node_params(path, 'policy_runner').get('policy_path') or '')
     if os.path.basename(configured) in STAND_INS and \

@@ -3,7 +3,7 @@
 Nothing binary is committed: tests and benches call these functions at run time, the graph
 makes the arm3 stand-in on first use (`stand_in_policy`, in the user data folder), and
 
-    python -m simreal_ros.onnx_policies arm3 /tmp/arm3_policy.onnx
+    python -m simreal_ros.core.onnx_policies arm3 /tmp/arm3_policy.onnx
     python scripts/onnx_policies.py mlp /tmp/mlp48.onnx --sizes 48 512 256 128 12
 
 write one by hand (scripts/onnx_policies.py is the same module from the source checkout).
@@ -12,25 +12,10 @@ import argparse
 import os
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-IR_VERSION = 9   # onnxruntime reads ir_version <= 10
-OPSET = 17
-
-
-def _save(graph, path, metadata=None):
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', OPSET)],
-                              producer_name='simreal_ros scripts/onnx_policies.py')
-    model.ir_version = IR_VERSION
-    for key, value in (metadata or {}).items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, str(value)
-    onnx.checker.check_model(model)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    onnx.save(model, path)
-    return path
-
+from simreal_ros.core.onnx_file import save_graph
+from simreal_ros.core.pantilt_policy import pantilt
 
 def _weights(rng, n_in, n_out, gain):
     return (rng.standard_normal((n_in, n_out)) * gain / np.sqrt(n_in)).astype(np.float32)
@@ -73,7 +58,7 @@ def mlp(path, sizes, seed=0, gain=1.0, activation='Elu', nan_gate=None, metadata
         nodes, 'mlp',
         [helper.make_tensor_value_info('obs', TensorProto.FLOAT, [1, sizes[0]])],
         [helper.make_tensor_value_info('actions', TensorProto.FLOAT, [1, sizes[-1]])], inits)
-    return _save(graph, path, metadata)
+    return save_graph(graph, path, metadata)
 
 
 def recurrent(path, n_obs, n_act, hidden=8, seed=0, names=('h_in', 'h_out')):
@@ -94,7 +79,7 @@ def recurrent(path, n_obs, n_act, hidden=8, seed=0, names=('h_in', 'h_out')):
          helper.make_tensor_value_info(h_in, TensorProto.FLOAT, [1, hidden])],
         [helper.make_tensor_value_info('actions', TensorProto.FLOAT, [1, n_act]),
          helper.make_tensor_value_info(h_out, TensorProto.FLOAT, [1, hidden])], inits)
-    return _save(graph, path)
+    return save_graph(graph, path)
 
 
 # The arm3 policy's task: a swing of every joint around the default pose (the hanging rest
@@ -187,7 +172,7 @@ def arm3(path, nan_gate=None):
         [helper.make_tensor_value_info('obs', TensorProto.FLOAT, [1, ARM3_OBS])],
         [helper.make_tensor_value_info('actions', TensorProto.FLOAT, [1, 3])], inits)
     _csv = ','.join
-    return _save(graph, path, {
+    return save_graph(graph, path, {
         'joint_names': 'shoulder_yaw,shoulder_pitch,elbow_pitch',
         'action_scale': str(ARM3_ACTION_SCALE),
         'default_joint_pos': '0,0,0',
@@ -199,17 +184,12 @@ def arm3(path, nan_gate=None):
         'swing_period_s': f'{ARM3_SWING_PERIOD_S:g}',
         'observation': 'joint_pos(3),joint_vel(3),last_action(3),velocity_command(3),'
                        'gait_phase(2)',
-        'fitted_by': 'simreal_ros.onnx_policies.arm3_swing_fit (MuJoCo inverse dynamics, '
+        'fitted_by': 'simreal_ros.core.onnx_policies.arm3_swing_fit (MuJoCo inverse dynamics, '
                      'nominal arm3 model)'})
 
 
-def _pantilt(path):
-    from simreal_ros.pantilt_policy import pantilt   # its own module (imports this one)
-    return pantilt(path)
-
-
 # Policies the package can make itself: the file name a robot file gives -> generator.
-STAND_INS = {'arm3_policy.onnx': arm3, 'pantilt_policy.onnx': _pantilt}
+STAND_INS = {'arm3_policy.onnx': arm3, 'pantilt_policy.onnx': pantilt}
 
 
 def user_data_dir():
