@@ -1,46 +1,22 @@
 """policy_runner: run an ONNX policy on joint_states / imu / cmd_vel and publish joint targets.
 
-The observation, the policy's joint order, the action processing and the rate come from the
-robot's parameter file (`policy_runner` section); the maths lives in simreal_ros.core.
-
     ros2 run simreal_ros policy_runner --ros-args --params-file config/robots/g1_12dof.yaml
     ros2 service call /policy_runner/enable std_srvs/srv/SetBool "{data: true}"
     ros2 service call /policy_runner/reset std_srvs/srv/Trigger
     ros2 topic pub --once /cmd_vel geometry_msgs/msg/Twist "{linear: {x: 0.5}}"
 
-It starts disabled and publishes nothing until enabled. Every tick (a timer at `rate_hz` on ROS
-time, so `use_sim_time` works) it takes the newest `joint_states` (and `imu` when the
-observation needs it); an input older than `max_input_age_s` but at most `late_input_max_age_s`
-old is still used (a loaded machine delivers late; skipping the tick would starve the robot) and
-counted (`late_inputs_used`); an older one is not used: that tick publishes nothing, and it is
-counted and reported (the safety_supervisor turns silence into a safe state). A tick also
-refuses (counted, reported) inputs stamped more than `future_stamp_tolerance_s` ahead of now,
-joint_states naming a joint twice, and joint_states without velocities when the observation
-uses them (never zero-filled). A non-finite policy output is never published.
-`cmd_vel` is clipped to [`cmd_vel_min`, `cmd_vel_max`] (clipped elements counted); one older
-than `cmd_vel_timeout_s` (steady clock: an operator's command ages in wall time) gives way to
-zero; before the first one the observation's configured default (zero) is used. `policy/command` (sensor_msgs/JointState) names
-the driver's joints and carries the stamp of the joint_states the command was computed from.
-Per-tick timing (period error, inference time, observation age, latency, deadline misses) goes to
-`/diagnostics`. On the wall clock the tick's phase is aligned to the joint_states stream
-(`align_to_joint_states`): at enable, and again if it drifts, the timer restarts just after the
-time by which nearly every joint_states message of a period has arrived, so the newest message
-a tick uses has waited a fraction of the stream period instead of anything up to a whole one.
+Subscribes:
+    joint_states (sensor_msgs/JointState), imu (sensor_msgs/Imu, when the observation uses it),
+    cmd_vel (geometry_msgs/Twist), safety/heartbeat (diagnostic_msgs/DiagnosticStatus)
+Publishes:
+    policy/command (sensor_msgs/JointState, reliable keep-last 1), /diagnostics
+Services:
+    ~/enable (std_srvs/SetBool), ~/reset (std_srvs/Trigger)
+Parameters:
+    the robot file's `policy_runner` section (policy_path, rate_hz, observation.*, action_*,
+    ease_in_s, lockstep, ...): docs/configuration.md lists every one.
 
-Taking over the robot (`ease_in_s` > 0, position actions): while safety_supervisor does not
-admit the policy (its `safety/heartbeat` says `policy_admitted: false`: safe mode, e-stop, SysID,
-before the first forwarding; or the heartbeat, once heard, is older than
-`heartbeat_timeout_s`) the command is the measured pose, which the supervisor's reset checks
-always accept. Once admitted, the command moves smoothly from the pose measured then to
-`default_position` over `ease_in_s`, and the policy then starts as a training episode does
-(zero last action and history). Without any supervisor heartbeat (a bench without one) the ease
-starts at enable. A robot that sagged while damped, or was moved by hand, is brought back to
-the policy's start pose this way instead of being refused forever.
-
-With `lockstep: true` (for sim_robot's lockstep mode) a command is computed once per new
-observation stamp, when joint_states and imu of that stamp have both arrived, instead of on the
-timer: the simulation waits for it, so the ROS path can be compared step by step with a
-reference loop.
+Late and refused inputs, taking over the robot (ease-in) and lockstep: docs/nodes.md.
 """
 import math
 import sys

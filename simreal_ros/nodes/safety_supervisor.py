@@ -1,9 +1,5 @@
 """safety_supervisor: the only path to the hardware (limits, stages, latched e-stop, watchdogs).
 
-Every command source (`policy/command`, `sysid/command`) goes through this node to
-`hardware/command`. The logic lives in `simreal_ros.core.safety` (no ROS); this node converts
-messages, runs the control tick on a ROS timer and offers the operator services.
-
     ros2 run simreal_ros safety_supervisor --ros-args --params-file config/robots/arm3.yaml
     ros2 service call /safety/estop std_srvs/srv/Trigger
     ros2 service call /safety/reset std_srvs/srv/Trigger
@@ -12,45 +8,22 @@ messages, runs the control tick on a ROS timer and offers the operator services.
     ros2 service call /safety/go_default std_srvs/srv/Trigger
     ros2 topic echo /safety/state --qos-durability transient_local
 
-Topics: subscribes `policy/command`, `sysid/command` (sensor_msgs/JointState, by name),
-`joint_states`, `imu` (when `use_imu`); publishes `hardware/command` (JointState; safe modes:
-damping = no positions + zero velocity targets, hold = the position at the trip, zero_torque =
-zero effort), optionally a std_msgs/Float64MultiArray on `array_topic` in `array_joint_order`
-for ros2_control forward controllers (these cannot express damping: in safe mode the array
-holds the measured position at the trip for `array_field: position`, zeros otherwise),
-`safety/state` (latched JSON in std_msgs/String), `safety/heartbeat`
-(diagnostic_msgs/DiagnosticStatus at `heartbeat_rate_hz`: level OK forwarding / WARN safe output
-/ ERROR e-stop, message the output state, values `tick`, `stage`, `mode` and
-`policy_admitted`: policy_runner commands the measured pose until it is true) and `/diagnostics`.
+Subscribes:
+    policy/command, sysid/command, joint_states (sensor_msgs/JointState, by name), imu
+    (sensor_msgs/Imu, when use_imu), sim_bridge/live_gap (std_msgs/String, latched)
+Publishes:
+    hardware/command (sensor_msgs/JointState, reliable keep-last 1; optionally
+    std_msgs/Float64MultiArray on array_topic), safety/state (std_msgs/String, latched JSON),
+    safety/heartbeat (diagnostic_msgs/DiagnosticStatus), /diagnostics
+Services:
+    safety/estop, safety/reset, safety/advance_stage, safety/go_default (std_srvs/Trigger),
+    safety/select_sysid (std_srvs/SetBool)
+Parameters:
+    the robot file's `safety_supervisor` section (limits, stages, watchdogs, sysid.*,
+    bringup.*, live_gap.*): docs/configuration.md lists every one; all read-only.
 
-A driver must treat a silent supervisor as an e-stop: no `hardware/command` or heartbeat within
-its command timeout -> damping (sim_robot does; docs/real_robot.md says what a hardware driver
-must do). A measured sample that is implausible is never used (see simreal_ros.core.safety);
-the stage record is written atomically by a thread of its own, never in the control tick, to
-`stage_file` (default per robot and namespace: $ROS_HOME/simreal_ros/stages/<namespace>/
-<robot_name>.json); a failed write is an ERROR on /diagnostics, the stage in memory holds.
-
-Bring-up (`safety/go_default`, Trigger; simreal_ros.core.safety.bringup): from the measured
-pose to `bringup.default_position`, slowly (minimum jerk, each joint's peak speed within
-`bringup.max_velocity` and the stage's limits, at least `bringup.min_duration_s`), through the
-same limit filter, then holding that pose until the policy passes the reset checks. Refused
-while e-stopped, with stale joint_states, without a default pose, in SysID mode or while the
-policy is forwarded; an e-stop cancels it and a reset does not resume it. `hardware/command`
-carries no gains: the driver applies the robot file's kp/kd. `safety/state` reports it
-(`output: bringup`, `bringup`: phase idle/moving/holding/cancelled/done, progress, target).
-
-Before the first `joint_states` arrives the node publishes nothing on `hardware/command` and says
-so in `safety/state` (`output: waiting`). An e-stop is applied in the service call itself and on
-every following tick. Switching between policy and sysid needs the e-stop latched (a safe state):
-estop, select, reset. Parameters are read-only: restart the node to change them.
-
-Live reality gap (simreal_ros.core.safety.live_gap): subscribes `live_gap.topic`
-(`sim_bridge/live_gap`). With `live_gap.require: auto` (default) the gate is on from the first
-message saying the model is identified; then `advance_stage` (and `auto_advance`) is refused
-while the live gap is unknown, older than `live_gap.max_age_s`, ERROR (the joint and its gap
-named) or the offline evaluation failed; ERROR for `live_gap.drift_s` triggers
-`live_gap.drift_action` (hold, demote or estop). A robot without an identified model (no
-sim_bridge, as the G1) is never gated. safety/state reports it under `live_gap`.
+The rules (simreal_ros.core.safety, no ROS) and what a driver must do in turn: docs/nodes.md
+and docs/real_robot.md.
 """
 import json
 import os

@@ -1,52 +1,24 @@
 """sim_bridge: the robot's MuJoCo model with identified parameters; reality gap; export.
 
-Holds the nominal MJCF plus per-joint `damping`, `frictionloss`, `armature` and the command
-`latency_s` as ROS parameters (set by friction_id / inertia_id / latency_id, or by hand),
-scores the reality gap of recorded runs (MCAP) and exports what training needs. The maths is
-in `simreal_ros.core.bridge` (no ROS).
-
     ros2 run simreal_ros sim_bridge --ros-args --params-file config/robots/arm3.yaml
     ros2 param set /sim_bridge joints.elbow_pitch.damping 0.15
-    ros2 param set /sim_bridge latency_s 0.0035
-    ros2 param set /sim_bridge recording run.mcap       # in recordings_dir; '' = the newest
     ros2 service call /sim_bridge/evaluate_gap std_srvs/srv/Trigger
     ros2 topic echo /sim_bridge/gap --qos-durability transient_local
     ros2 service call /sim_bridge/export std_srvs/srv/Trigger
     ros2 service call /sim_bridge/refine std_srvs/srv/Trigger
-    ros2 topic echo /sim_bridge/refined --qos-durability transient_local
-
-Parameters per joint: `joints.<joint>.damping` (N*m*s/rad), `.frictionloss` (N*m),
-`.armature` (kg*m^2), each with `..._half_width` (95 % interval half-width, -1 = unknown);
-out-of-range values are refused with the reason. `~/evaluate_gap` replays the recording's
-commands in the nominal and in the identified model and publishes the result (JSON in
-std_msgs/String, latched) on `~/gap` (`/sim_bridge/gap`); its response says pass or fail
-against `gap_threshold`. `~/export` writes the identified MJCF, `identified_params.yaml`,
-`domain_randomization.yaml` and, after an evaluation, the HTML report into `export_dir`.
-`~/refine` starts a joint refinement on the same recording, in the background: every joint that
-moved in it gets its damping, frictionloss and armature fitted together with the latency, by
-trajectory matching (CMA-ES on the non-smooth latency and dry friction, then mujoco.sysid's
-Gauss-Newton), starting from the current values. On success the refined values and their
-intervals become this node's parameters and the result is published latched on `~/refined`;
-a failure is published there too and changes nothing. The intervals assume independent
-residuals, so they are optimistic on data with correlated errors.
-
-Held-out by default: `~/evaluate_gap` scores the last `holdout` (0.3) of the recording and
-`~/refine` fits only the rest (`holdout: 0` scores the whole recording, as before). The SysID
-nodes fit each experiment's own recording, so for their estimates the newest SysID recording is
-not unseen data: a session recording of the deployment is (`simreal up --record`).
-
-The shadow (`shadow.enabled`, default true; simreal_ros.core.bridge.shadow), once the model is
-identified (before, no inputs are taken and `unknown` is published): every
-`shadow.period_s` the newest `shadow.window_s` of `hardware/command` (timed by when the
-supervisor sent it) and `joint_states` is replayed from the measured state through the current
-model and scored per joint over the noise floor of the last evaluated recording (before one, the
-noise estimated live). Published on `~/live_gap` (latched JSON: `status`, `joints.<joint>.
-gap_over_floor`, `identified` = the parameters differ from the nominal MJCF, `offline` = the
-last evaluation's verdict) and on /diagnostics (`sim_bridge: live gap <joint>`: OK / WARN /
-ERROR, STALE when unknown). The safety supervisor gates promotion on it (live_gap.*).
-
-    ros2 topic echo /sim_bridge/live_gap --qos-durability transient_local
     simreal gap --live
+
+Subscribes:
+    hardware/command, joint_states (sensor_msgs/JointState; the live gap's shadow)
+Publishes:
+    ~/gap, ~/refined, ~/live_gap (std_msgs/String, latched JSON), /diagnostics
+Services:
+    ~/evaluate_gap, ~/export, ~/refine (std_srvs/Trigger)
+Parameters:
+    the robot file's `sim_bridge` section; per joint joints.<joint>.damping | frictionloss |
+    armature (+ _half_width), latency_s, recording, holdout, shadow.*: docs/configuration.md.
+
+What the gap, the refinement, the held-out split and the shadow do: docs/nodes.md.
 """
 import json
 import math

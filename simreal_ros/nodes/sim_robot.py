@@ -1,45 +1,25 @@
 """sim_robot: the embedded default hardware, a MuJoCo robot behind the topics a real driver uses.
 
-It has hidden "true" actuator parameters (the `plant` section of its parameter file: Coulomb
-friction, viscous damping, armature, torque limit, command latency, sensor noise) that the
-nominal MJCF does not contain, applied in the physics, so system identification has something
-real to find. On a real robot this node is simply not started.
-
     ros2 run simreal_ros sim_robot --ros-args --params-file config/robots/arm3.yaml
     ros2 topic echo /joint_states
-    ros2 topic pub --once /hardware/command sensor_msgs/msg/JointState \
-        "{name: [shoulder_pitch], position: [0.5]}"
-
-Topics: subscribes `hardware/command` (sensor_msgs/JointState, by name: position targets ->
-kp*(q_t - q); velocity targets (0 when positions are given) -> kd*(dq_t - dq); effort ->
-feed-forward torque; no positions but velocities = damping); publishes `joint_states` (effort is
-the torque actually applied), `imu` (floating-base models), `/clock` (when `publish_clock`),
-`/diagnostics`, and `driver/state` (latched JSON on every change: `damped`, `cause`).
-
-Like a hardware driver must, it treats a silent supervisor as an e-stop: a joint without a new
-command for `command_timeout_s` is damped, and once `safety/heartbeat` has been heard, its loss
-for `command_timeout_s` damps every joint and refuses commands until it comes back.
-
-With `interface: unitree_hg` or `unitree_go` it speaks a Unitree robot's low-level interface
-instead of the ROS topics (issue 14): `LowCmd_` on `rt/lowcmd` in, `LowState_` on `rt/lowstate`
-out, over CycloneDDS on `unitree.network_interface` (default `lo`: a simulator must never
-publish the robot's topics on the robot's network) and `unitree.domain_id`. As the robot does,
-it drops a command whose CRC does not match or whose `mode_machine` is not its own (counted),
-applies each motor's own q, dq, tau, kp, kd (motor mode 0 = no torque), and obeys the last
-command for ever: the damping when a host goes silent is the host's job (`unitree_bridge`).
-`sim/remote_buttons` (std_msgs/String, names such as "select" or "L2,R2"; "" releases) presses
-the simulated wireless remote's buttons, to rehearse a remote e-stop.
-
-A floating-base robot can hang in a gantry (`gantry: true`): the base is held where it is and
-the legs move freely, as a humanoid hangs from its hoist for the bring-up; `sim/gantry`
-(std_msgs/Bool) false lowers it, true hangs it again.
-
-Rehearsal only: with `test.plant_change_enabled: true` (default false) the parameter
-`test.plant_change` (JSON `{joint: {coulomb_friction|viscous_damping|armature: factor}}`,
-relative to the plant section; '{}' restores it) changes the true plant while it runs, as a
-motor heats or a gearbox wears, to rehearse the live reality gap. No hardware driver has it.
-
+    ros2 topic pub --once /sim/gantry std_msgs/msg/Bool "{data: false}"
     ros2 param set /sim_robot test.plant_change '{"elbow_pitch": {"coulomb_friction": 3.0}}'
+
+Subscribes:
+    hardware/command (sensor_msgs/JointState, by name), safety/heartbeat
+    (diagnostic_msgs/DiagnosticStatus), sim/gantry (std_msgs/Bool), sim/remote_buttons
+    (std_msgs/String, with a Unitree interface)
+Publishes:
+    joint_states (sensor_msgs/JointState), imu (sensor_msgs/Imu, floating base), /clock (when
+    publish_clock), driver/state (std_msgs/String, latched JSON), sim/base_pose
+    (geometry_msgs/PoseStamped, floating base), /diagnostics; with `interface: unitree_hg` or
+    `unitree_go`: LowState_ on rt/lowstate and LowCmd_ from rt/lowcmd instead of the topics
+Parameters:
+    the robot file's `sim_robot` section (model_path, plant.*, gantry, interface, unitree.*,
+    test.plant_change*, ...): docs/configuration.md lists every one.
+
+The hidden true plant, the driver rules it obeys, the Unitree emulation, the gantry and the
+plant change at run time: docs/nodes.md.
 """
 import json
 import threading

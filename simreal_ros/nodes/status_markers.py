@@ -3,13 +3,13 @@
     ros2 launch simreal_ros deploy.launch.py rviz:=true namespace:=left   # started with rviz
     simreal -n left up --rviz
 
-The same markers as `simreal monitor` (`simreal_ros.client.monitor`: one status line, one bar per
-joint whose length is the largest fraction of a limit in use), published on the relative topic
-`monitor/markers`, so under a namespace it is `/<namespace>/monitor/markers` and two robots'
-markers never mix. Reads `safety/state` (latched), `joint_states` and, where sim_bridge shadows
-the robot, its per-joint live gap (`sim_bridge/live_gap`, latched); the limits come from the
-robot file's safety_supervisor section (`robot_file`). It only displays: it publishes nothing
-a robot obeys.
+Subscribes:
+    safety/state, sim_bridge/live_gap (std_msgs/String, latched), joint_states
+    (sensor_msgs/JointState)
+Publishes:
+    monitor/markers (visualization_msgs/MarkerArray): nothing a robot obeys
+Parameters:
+    robot_file (its safety_supervisor section gives the limits shown), rate_hz, frame_id.
 """
 import json
 

@@ -1,21 +1,16 @@
 """What friction_id, inertia_id and latency_id share: parameters, services, the command loop.
 
-The maths (experiment design, estimators, MCAP and result files) is in
-`simreal_ros.core.sysid`; this adapter only moves messages. A run: `~/start` (std_srvs/Trigger)
-checks that joint_states are fresh and, unless `require_supervisor` is false, that
-safety_supervisor is in sysid mode, not e-stopped (a SysID start never releases an e-stop: reset
-it yourself first) and not granting the SysID path to another experiment; it answers at once
-and designs the experiment in a thread (progress on `~/progress`; a design that does not fit
-the limits ends there as `aborted`, with the reason). It then sends one JointState per timer
-tick on `sysid/command` (the supervisor's SysID input; `header.frame_id` carries this node's
-name, which the supervisor grants the path to) for each joint in `joints` in turn, the others
-held at `hold_position`. No configuration makes it publish on the hardware topic: a remap of
-`sysid/command` onto `hardware/command` is refused at start-up. `~/abort`, an e-stop, the
-supervisor leaving sysid mode or granting the path to another node, or stale joint_states stop
-it at once: the node stops commanding (the supervisor's safe mode takes over) and publishes no
-result. When every joint is done the result (YAML text) is published latched on
-`sysid/result`, written (whole or not at all) to `results_dir` beside the raw signals (MCAP),
-and pushed to sim_bridge's parameters when that node runs.
+Subscribes:
+    joint_states (sensor_msgs/JointState), safety/state (std_msgs/String, latched)
+Publishes:
+    sysid/command (sensor_msgs/JointState, the supervisor's SysID input), sysid/result
+    (std_msgs/String, latched YAML), ~/progress (std_msgs/String)
+Services:
+    ~/start, ~/abort (std_srvs/Trigger)
+Parameters:
+    the robot file's `friction_id` / `inertia_id` / `latency_id` sections: docs/configuration.md.
+
+The maths is in simreal_ros.core.sysid; what a run checks, sends and stops on: docs/nodes.md.
 """
 import json
 import math

@@ -3,21 +3,18 @@
     ros2 run simreal_ros unitree_bridge --ros-args --params-file config/robots/g1_12dof.yaml \
         -p unitree.network_interface:=eth0
 
-Subscribes `hardware/command` (sensor_msgs/JointState, the supervisor's output) and
-`safety/heartbeat`; publishes `LowCmd_` on `rt/lowcmd` at `rate_hz` (500 Hz) and turns each
-`LowState_` from `rt/lowstate` into `joint_states` and `imu`, stamped on arrival. The robot side
-is CycloneDDS with the vendor's IDL types (simreal_ros/drivers/unitree_dds.py) on `unitree.domain_id`
-and `unitree.network_interface`; ROS is whatever rclpy uses (docs/real_robot.md: one process,
-two middlewares, and what to do with rmw_cyclonedds_cpp).
+Subscribes:
+    hardware/command (sensor_msgs/JointState), safety/heartbeat
+    (diagnostic_msgs/DiagnosticStatus); LowState_ on rt/lowstate (CycloneDDS)
+Publishes:
+    joint_states (sensor_msgs/JointState), imu (sensor_msgs/Imu), driver/state
+    (std_msgs/String, latched JSON), /diagnostics; LowCmd_ on rt/lowcmd (CycloneDDS) at rate_hz
+Parameters:
+    the robot file's `unitree_bridge` section (rate_hz, unitree.*, kp/kd, ...):
+    docs/configuration.md lists every one.
 
-What it sends and when it damps instead: simreal_ros/core/unitree_bridge.py. Nothing is sent
-before the first `LowState_`; `mode_machine` is copied from the latest one; a silent supervisor,
-a stale `LowState_` or the remote's e-stop buttons give damping, never the last target. The
-remote's e-stop also calls `safety/estop`; its reset buttons call `safety/reset`, and the local
-latch clears only when the supervisor accepts. On shutdown it sends damping several times.
-
-Publishes `driver/state` (latched JSON on every change: `damped`, `cause`) and `/diagnostics`
-(1 Hz: counters, LowCmd_ rate, the damping cause).
+What it sends and when it damps (core/unitree_bridge.py), and the two middlewares in one
+process: docs/nodes.md and docs/real_robot.md.
 """
 import json
 import re
