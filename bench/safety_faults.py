@@ -970,6 +970,9 @@ def _stream(rig, duration, rate_hz, target, stamp_offset=0.0, names=ARM_NAMES, h
     Return the commands published."""
     rig.probe.target = None          # the probe's own 100 Hz loop stops
     time.sleep(0.03)
+    # Stamps and targets on one clock (a preemption between two clock reads would otherwise
+    # make a command's stamp disagree with its target, as no real policy's does).
+    ros_minus_mono = min(_clock(rig) - time.monotonic() for _ in range(5))
     t0 = time.monotonic()
     sent, queue, period = 0, [], 1.0 / rate_hz
     next_at, last_burst = t0, t0
@@ -982,7 +985,7 @@ def _stream(rig, duration, rate_hz, target, stamp_offset=0.0, names=ARM_NAMES, h
             now = next_at
         next_at += period
         pos = target(now - t0)
-        stamp = _clock(rig) + stamp_offset + (now - time.monotonic())
+        stamp = now + ros_minus_mono + stamp_offset
         if hold_back is not None and now - last_burst >= hold_back[0]:
             queue.append((pos, stamp))
             if len(queue) < hold_back[1]:
@@ -1006,6 +1009,13 @@ STREAM_TIMEOUT = 0.2   # policy_timeout_s of the streaming scenarios (s)
 
 def _sine(q0, amplitude=0.2, hz=0.5):
     return lambda t: [q0[0] + amplitude * math.sin(2 * math.pi * hz * t), q0[1], q0[2]]
+
+
+def _rate_faults(causes):
+    """The stage faults of the rate and acceleration limits among transition causes (a stall
+    of a loaded machine, and what follows it, is judged by other scenarios)."""
+    return [c for c in causes if c.startswith('limit') and ('rate' in c.split(' clipped')[0]
+                                                           or 'acceleration' in c)]
 
 
 def _clips(rig):
@@ -1034,10 +1044,9 @@ def sc_policy_flood(tmp, args):
         clips = _clips(rig)
         forwarded = sum(1 for _, m in outs if not is_safe(m))
         transitions = [t.get('cause', '') for t in rig.state('stage')['transitions']]
-        limit_faults = [c for c in transitions if c.startswith('limit')]
-        return {'passed': rate <= 1.05 * limit and len(outs) > 0.5 * limit
+        return {'passed': rate <= 1.05 * limit and forwarded > 0.5 * len(outs) > 0
                 and not clips.get('rate') and not clips.get('acceleration')
-                and not limit_faults and cmds['too_fast'] > 0,
+                and not _rate_faults(transitions) and cmds['too_fast'] > 0,
                 'stage_transitions': transitions[-3:],
                 'policy_rate_hz': round(sent / (end - start), 1),
                 'hardware_command_hz': round(rate, 1), 'rate_hz': limit,
@@ -1169,7 +1178,7 @@ def sc_past_stamps_within_tolerance(tmp, args):
         transitions = [t.get('cause', '') for t in rig.state('stage')['transitions']]
         return {'passed': len(outs) > 500 and sum(not is_safe(m) for _, m in outs) > 500
                 and not clips.get('rate') and not clips.get('acceleration')
-                and not [c for c in transitions if c.startswith('limit')],
+                and not _rate_faults(transitions),
                 'stage_transitions': transitions[-3:],
                 'outputs': len(outs), 'safe_outputs': sum(is_safe(m) for _, m in outs),
                 'clips': clips, 'stage': rig.state('stage')['stage']}
@@ -1197,7 +1206,7 @@ def sc_stalled_then_bursting(tmp, args):
         transitions = [t.get('cause', '') for t in rig.state('stage')['transitions']]
         return {'passed': sum(not is_safe(m) for _, m in outs) > 500
                 and not clips.get('rate') and not clips.get('acceleration')
-                and not [c for c in transitions if c.startswith('limit')]
+                and not _rate_faults(transitions)
                 and rate <= 1.05 * limit,
                 'stage_transitions': transitions[-3:],
                 'commands_sent': sent, 'outputs': len(outs),

@@ -12,7 +12,8 @@ messages, runs the control tick on a ROS timer and offers the operator services.
     ros2 service call /safety/go_default std_srvs/srv/Trigger
     ros2 topic echo /safety/state --qos-durability transient_local
 
-Topics: subscribes `policy/command`, `sysid/command` (sensor_msgs/JointState, by name),
+Topics: subscribes `policy/command`, `sysid/command` (sensor_msgs/JointState, every joint by
+name; one output per tick whatever their rate, see simreal_ros.core.safety.supervisor),
 `joint_states`, `imu` (when `use_imu`); publishes `hardware/command` (JointState; safe modes:
 damping = no positions + zero velocity targets, hold = the position at the trip, zero_torque =
 zero effort), optionally a std_msgs/Float64MultiArray on `array_topic` in `array_joint_order`

@@ -12,6 +12,13 @@ position that moved further since the last accepted sample than that velocity al
 implausible: it is counted and never used, and `implausible_trip_count` of them in a row is a
 sensor fault (e-stop, cause named).
 
+Commands are checked as they arrive (`on_command`, docs/real_robot.md "What the supervisor
+takes as input"): one naming fewer than every joint is rejected whole; one stamped before the
+latest taken, or beyond the source's timeout ahead, is never used; a source beyond its declared
+rate is counted (not a fault). One output per tick slot: an output sent on input
+(`forward_input`) replaces the tick's (`tick_output`). The rate and acceleration limits measure
+the target on the source's clock (`source_clock`).
+
 Rules, in the order a tick applies them:
 
 1. ROS time going back (a second /clock, a stepped system clock) -> e-stop, cause named.
