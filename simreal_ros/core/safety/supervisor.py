@@ -12,6 +12,13 @@ position that moved further since the last accepted sample than that velocity al
 implausible: it is counted and never used, and `implausible_trip_count` of them in a row is a
 sensor fault (e-stop, cause named).
 
+Commands are checked as they arrive (`on_command`, docs/real_robot.md "What the supervisor
+takes as input"): one naming fewer than every joint is rejected whole; one stamped before the
+latest taken, or beyond the source's timeout ahead, is never used; a source beyond its declared
+rate is counted (not a fault). One output per tick slot: an output sent on input
+(`forward_input`) replaces the tick's (`tick_output`). The rate and acceleration limits measure
+the target on the source's clock (`source_clock`).
+
 Rules, in the order a tick applies them:
 
 1. ROS time going back (a second /clock, a stepped system clock) -> e-stop, cause named.
@@ -204,6 +211,8 @@ class SupervisorConfig:
     live_gap_max_age_s: float = 2.0
     live_gap_drift_action: str = 'hold'     # hold, demote, estop
     live_gap_drift_s: float = 3.0
+    # The rate each source declares (Hz); faster is counted (too_fast), see on_command.
+    source_rate_hz: dict = field(default_factory=lambda: {'policy': 500.0, 'sysid': 500.0})
 
     @classmethod
     def from_params(cls, p, source='safety_supervisor'):
@@ -254,6 +263,13 @@ class SupervisorConfig:
                 raise ConfigError(f'{source}.{key} must be >= {low}, got {value}')
             extra[key] = value
         extra.update(_bringup_params(p, names, limits, source))
+        extra['source_rate_hz'] = {}
+        for s in SOURCES:
+            value = float(p.get(f'{s}_rate_hz', 0.0) or 0.0)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ConfigError(f'{source}.{s}_rate_hz must be >= 0 (0 = rate_hz), got '
+                                  f'{value}')
+            extra['source_rate_hz'][s] = value if value > 0 else rate
         extra.update(live_gap_require=str(p.get('live_gap.require', 'auto')),
                      live_gap_max_age_s=float(p.get('live_gap.max_age_s', 2.0)),
                      live_gap_drift_action=str(p.get('live_gap.drift_action', 'hold')),
@@ -338,6 +354,10 @@ class Supervisor:
         self.previous_target = np.full(self.n, np.nan)
         self.previous_rate = np.full(self.n, np.nan)    # the target's last rate of change
         self.target_changed = np.full(self.n, np.nan)   # when each previous_target last moved
+        # ... and the source's clock then (source_clock; NaN: moved on the supervisor's own)
+        self.target_changed_src = np.full(self.n, np.nan)
+        self.target_lagging = np.zeros(self.n, dtype=bool)   # short of its command (clipped)
+        self._all = np.arange(self.n)
         self.latched = False
         self.cause = ''
         self.hold_position = None
@@ -346,6 +366,19 @@ class Supervisor:
         self.clipped_outputs = 0
         self.rejected = {s: 0 for s in SOURCES}
         self.rejected_in_row = {s: 0 for s in SOURCES}
+        self.incomplete = {s: 0 for s in SOURCES}     # rejected: not every joint named
+        self.out_of_order = {s: 0 for s in SOURCES}   # stamped before the latest taken
+        self.from_future = {s: 0 for s in SOURCES}    # stamped beyond the timeout ahead
+        self.too_fast = {s: 0 for s in SOURCES}       # beyond the source's declared rate
+        self.superseded = {s: 0 for s in SOURCES}     # replaced before any output used them
+        self._used = {s: True for s in SOURCES}       # the latest command went into an output
+        self._tokens = {s: None for s in SOURCES}     # (tokens, time): the rate's bucket
+        self._rate_window = {s: [None, 0, None] for s in SOURCES}   # start, count, last Hz
+        self.slot_output = None      # the output sent on input in this tick slot (or None)
+        self._slot_clipped = False
+        self._slot_deferred = False  # a command waited for the tick (its slot was taken)
+        self.deferred_inputs = 0     # commands not forwarded on input: their slot was taken
+        self.replaced_ticks = 0      # ticks whose slot an output sent on input already filled
         self.last_reject = ''
         self.state_rejected = 0
         self.implausible = 0
@@ -490,6 +523,9 @@ class Supervisor:
         """Validate a command of `source`; keep it when valid. Return (ok, reason).
 
         `sender` names the node (header.frame_id): the SysID path is granted to one sender.
+        A command must name every supervised joint (a subset is rejected whole: a joint left
+        out would keep a stale target), and be stamped no earlier than the latest one taken
+        from its source (an older one is counted as `out_of_order` and never used).
         """
         if source == 'sysid':
             foreign = self._sysid_grant(str(sender), now)
@@ -497,8 +533,10 @@ class Supervisor:
                 self.foreign_sysid += 1
                 self.last_reject = f'sysid/command from {sender!r}: {foreign}'
                 return False, foreign
+        self._count_rate(source, now)
         try:
-            cmd = validate_command(names, position, velocity, effort, self.names)
+            cmd = self._complete(validate_command(names, position, velocity, effort,
+                                                  self.names), source)
         except Rejected as exc:
             self.rejected[source] += 1
             self.rejected_in_row[source] += 1
@@ -511,10 +549,67 @@ class Supervisor:
                     self._trip(f'{self.rejected_in_row[source]} rejected {source} commands in a'
                                f' row (last: {exc})', now)
             return False, str(exc)
+        dog = self.dogs[source]
+        ahead = float(stamp) - now
+        if self.cfg.check_stamps and ahead > dog.timeout:
+            # From the future beyond the timeout (a policy computer's clock ahead): never
+            # used, and never the stamp later commands are ordered against.
+            self.from_future[source] += 1
+            why = (f'stamped {ahead * 1e3:.0f} ms ahead of this clock (timeout '
+                   f'{dog.timeout * 1e3:.0f} ms): not used; synchronise the clocks')
+            self.last_reject = f'{source}/command: {why}'
+            return False, why
+        if self.cfg.check_stamps and dog.stamp is not None and float(stamp) < dog.stamp:
+            # Older than what is in force: not newer information (a second publisher, a
+            # source's bug). Never used, counted; the newer command stays (its watchdog runs).
+            self.out_of_order[source] += 1
+            why = (f'stamped {(dog.stamp - float(stamp)) * 1e3:.1f} ms before the latest '
+                   f'{source}/command taken (out of order): not used')
+            self.last_reject = f'{source}/command: {why}'
+            return False, why
         self.rejected_in_row[source] = 0
+        if not self._used[source] and self.commands[source] is not None:
+            self.superseded[source] += 1
+        self._used[source] = False
         self.commands[source] = cmd
-        self.dogs[source].feed(stamp, now)
+        dog.feed(stamp, now)
         return True, ''
+
+    def _complete(self, cmd, source):
+        """Return `cmd` in the supervised joints' order; Rejected when it leaves one out."""
+        if cmd.index.size != self.n:
+            named = set(cmd.index.tolist())
+            missing = [n for i, n in enumerate(self.names) if i not in named]
+            self.incomplete[source] += 1
+            raise Rejected(f'command names {cmd.index.size} of the {self.n} supervised joints '
+                           f'(missing {missing}): every joint is commanded on every tick, a '
+                           'subset is rejected whole')
+        if (cmd.index == self._all).all():
+            return cmd
+        order = np.argsort(cmd.index)
+        return Command(self._all.copy(), *(None if v is None else v[order]
+                                           for v in (cmd.position, cmd.velocity, cmd.effort)))
+
+    def _count_rate(self, source, now):
+        """Count a command beyond the source's declared rate (a bucket of one timeout's worth
+        of commands, refilled at 1.25 x the rate: jitter and a short queue pass) and measure
+        its rate over about a second."""
+        rate = self.cfg.source_rate_hz[source]
+        burst = max(2.0, rate * self.cfg.timeouts[source])
+        bucket = self._tokens[source]
+        tokens = burst if bucket is None else min(burst, bucket[0] + max(0.0, now - bucket[1])
+                                                  * rate * 1.25)
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            self.too_fast[source] += 1
+        self._tokens[source] = (tokens, now)
+        w = self._rate_window[source]
+        if w[0] is None or now - w[0] > 1.0 or now < w[0]:
+            if w[0] is not None and 0 < now - w[0] <= 2.0:
+                w[2] = w[1] / (now - w[0])
+            w[0], w[1] = now, 0
+        w[1] += 1
 
     def _sysid_grant(self, sender, now):
         """Return why `sender` may not command the SysID path, or None (granted)."""
@@ -743,7 +838,32 @@ class Supervisor:
         return True, text
 
     # -- the control tick -------------------------------------------------------------------
-    def rate_dt(self, now):
+    def source_clock(self, now):
+        """The selected source's clock now: (stamp of its latest command, that stamp plus
+        the time since it arrived), in s; None without stamps (check_stamps false: then the
+        supervisor's own clock, as for the bring-up).
+
+        The rate and acceleration limits measure the target's motion on the source's clock,
+        per joint: a target that reached its previous command moves by the time between the
+        two commands' stamps (commands taken in a burst, a queue after a stall, are as far
+        apart as their source made them, however late the supervisor takes them); a target
+        still short of its command (clipped) moves by the time since, on the stamp's clock
+        advanced in real time. Each move starts from the source time the last one reached,
+        so the credits add up to the source's clock, which the stamp watchdog keeps within
+        a source timeout of the supervisor's: over any time W a target travels at most the
+        rate x (W + 3 timeouts), and a target that truly moves faster is clipped.
+        """
+        dog = self.dogs[self.mode]
+        if not self.cfg.check_stamps or dog.arrival is None:
+            return None
+        return dog.stamp, dog.stamp + (now - dog.arrival)
+
+    def _source_time(self, src):
+        """Per joint: where the target stands on the source's clock once it moves now."""
+        stamp, running = src
+        return np.where(self.target_lagging, running, stamp)
+
+    def rate_dt(self, now, src=None):
         """Per joint: the time the rate limit allows a target change for (s).
 
         A source slower than the supervisor sends a staircase; each step may move as far as
@@ -756,7 +876,11 @@ class Supervisor:
         and forwarding starts only with a command near the state in the first place.
         """
         cap = self.cfg.timeouts[self.mode]
-        since = _clip(now - self.target_changed, 0.0, cap)
+        elapsed = now - self.target_changed
+        if src is not None:      # on the source's clock where the target last moved on it
+            elapsed = np.where(np.isfinite(self.target_changed_src),
+                               self._source_time(src) - self.target_changed_src, elapsed)
+        since = _clip(elapsed, 0.0, cap)
         return np.where(np.isfinite(self.previous_target) & np.isfinite(since), since, cap)
 
     @property
@@ -771,8 +895,42 @@ class Supervisor:
         """The limit scale of the selected source: the stage for the policy, 1 for SysID."""
         return self.stage.scale if self.mode == 'policy' else 1.0
 
-    def tick(self, now, count=True, wall=None):
+    def forward_input(self, now, wall=None):
+        """Return the output to send now for a command just taken (forward_on_input), or None
+        when this tick slot already had one sent on input: the command waits for the tick.
+
+        One output per tick slot: the one sent on input replaces the tick's (tick_output
+        then sends nothing unless the output turns safe), so a source publishing faster than
+        the supervisor never multiplies the rate a driver sees.
+        """
+        if self.slot_output is not None:
+            self.deferred_inputs += 1
+            self._slot_deferred = True
+            return None
+        out = self.tick(now, count=False, wall=wall)
+        self.slot_output = out
+        self._slot_deferred = False     # this output carries the newest command
+        return out
+
+    def tick_output(self, now, wall=None, forward_on_tick=True):
+        """Run the control tick; return the Output to send, or None (nothing may be sent
+        yet, or this slot's output already went out on input). `forward_on_tick` false:
+        forwarded outputs go out on input only (safe ones, and a command that waited for
+        its slot, still on the tick)."""
+        slot, self.slot_output = self.slot_output, None
+        out = self.tick(now, wall=wall, slot=slot)
+        if out is None or (slot is not None and (out is slot or (out.safe and slot.safe))):
+            return None     # (a change to safe is never held back); one that waited: next
+        deferred, self._slot_deferred = self._slot_deferred, False
+        if out.safe or forward_on_tick or deferred:
+            return out
+        return None
+
+    def tick(self, now, count=True, wall=None, slot=None):
         """Return this tick's Output, or None when nothing may be published yet.
+
+        `slot`: an output already sent on input in this tick slot (tick_output); a tick that
+        would forward returns it unchanged instead of computing another.
 
         `wall` (s, a monotonic clock; None = not checked, e.g. on simulated time) lets the
         supervisor notice its own stalls: a counted tick more than `late_tick_periods` periods
@@ -847,7 +1005,10 @@ class Supervisor:
         if stale is not None:
             if newly:
                 self.events.append((now, f'{self.mode} stale -> safe mode: {stale}'))
-            return self._not_forwarding(now, f'{self.mode} stale: {stale}', fault='watchdog')
+            # A source never heard from is not a fault of it (a supervisor started before its
+            # policy keeps a resumed stage); one that went silent is.
+            return self._not_forwarding(now, f'{self.mode} stale: {stale}',
+                                        fault='watchdog' if self.dogs[self.mode].ever else None)
         if late is not None:
             return self._late_output(now, late)
         if self.recover:
@@ -861,9 +1022,16 @@ class Supervisor:
             self.recover = False
             self.events.append((now, f'forwarding {self.mode} (checks passed: fresh state, '
                                      'command matching the state)'))
+        if slot is not None and not slot.safe:
+            # This slot's output went out on input (forward_input): one output per tick.
+            self.replaced_ticks += 1
+            if count:
+                self.stage.accrue(now, self.mode == 'policy' and not self._slot_clipped)
+            return slot
         cmd = self.commands[self.mode]
         limits = self.limits[self.mode]
-        dt = self.rate_dt(now)
+        src = self.source_clock(now)
+        dt = self.rate_dt(now, src)
         # The target's rate for the acceleration limit: a target that has stood still for a
         # whole source timeout is at rest, and no target moves faster than the rate limit
         # (a torque-rule shift within a fraction of a tick is not a rate). Without both, an
@@ -887,7 +1055,9 @@ class Supervisor:
                 self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
                                   + ', '.join(self._names_idx(cmd.index[np.any(
                                       np.stack(list(clips.values())), axis=0)])))
-        self._remember_target(out, now, dt)
+        self._remember_target(out, now, dt, src, cmd)
+        self._used[self.mode] = True
+        self._slot_clipped = clipped
         self.hold_position = None
         if self.spell is not None:
             self.events.append((now, f'forwarding {self.mode} again after '
@@ -950,7 +1120,7 @@ class Supervisor:
         return Output(list(self.names), out.position.copy(), out.velocity.copy(), None, True,
                       reason, bringup=True)
 
-    def _remember_target(self, out, now, dt):
+    def _remember_target(self, out, now, dt, src=None, cmd=None):
         if out.position is None:
             return
         i = out.index
@@ -964,11 +1134,24 @@ class Supervisor:
                             np.nan)
         self.previous_rate[i[moved]] = rate[moved]
         self.target_changed[i[moved]] = now
+        if src is None or cmd is None or cmd.position is None:
+            self.target_changed_src[i[moved]] = np.nan
+        else:
+            # Where the target now stands on the source's clock: at the command's stamp when
+            # it reached it from a target that had reached the one before; else (it had to
+            # catch up, or still has) the stamp's clock run on to now.
+            stamp, running = src
+            reached = out.position == cmd.position
+            at = np.where(self.target_lagging[i] | ~reached, running, stamp)
+            self.target_changed_src[i[moved]] = at[moved]
+            self.target_lagging[i] = ~reached
         self.previous_target[i] = out.position
 
     def _forget_targets(self):
         self.previous_target[:] = np.nan
         self.previous_rate[:] = np.nan
+        self.target_changed_src[:] = np.nan
+        self.target_lagging[:] = False
         self.last_forward = None
 
     def _late_output(self, now, reason):
@@ -1136,6 +1319,16 @@ class Supervisor:
                                    and owner_age <= self.cfg.sysid_release_s * 1e3),
             'foreign_sysid': self.foreign_sysid,
             'outputs_forwarded': self.outputs,
+            # One output per tick slot (forward_input); each source against its declared rate.
+            'deferred_inputs': self.deferred_inputs,
+            'replaced_ticks': self.replaced_ticks,
+            'commands': {s: {'declared_rate_hz': self.cfg.source_rate_hz[s],
+                             'rate_hz': (None if self._rate_window[s][2] is None
+                                         else round(self._rate_window[s][2], 1)),
+                             'too_fast': self.too_fast[s], 'superseded': self.superseded[s],
+                             'out_of_order': self.out_of_order[s],
+                             'from_future': self.from_future[s],
+                             'incomplete': self.incomplete[s]} for s in SOURCES},
             'inputs': ages,
             'tilt_deg': round(math.degrees(self.tilt), 2) if self.cfg.use_imu else None,
             'bringup': dict(self.bringup.to_dict(now, self.names, self.q),
