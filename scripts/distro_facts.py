@@ -376,8 +376,11 @@ def rosdep_facts(mirrors):
     import xml.etree.ElementTree as ET
     root = ET.parse(REPO / 'package.xml').getroot()
     keys = sorted({e.text.strip() for e in root if e.tag.endswith('depend')} | set(CANDIDATE_KEYS))
+    index = yaml.safe_load(show('index-v4.yaml'))['distributions']
+    status = {d: index[d].get('distribution_status') for d in ('foxy',) + DISTROS}
     out = {'source': f'ros/rosdistro {commit[0][:12]} ({commit[1]}): <distro>/distribution.yaml,'
-                     ' rosdep/base.yaml, rosdep/python.yaml', 'ubuntu': UBUNTU, 'keys': {}}
+                     ' rosdep/base.yaml, rosdep/python.yaml, index-v4.yaml',
+           'ubuntu': UBUNTU, 'distribution_status': status, 'keys': {}}
     for distro in DISTROS:
         dist = yaml.safe_load(show(f'{distro}/distribution.yaml'))['repositories']
         released = {}

@@ -278,6 +278,12 @@ def _pip_file():
     return [_dist_name(ln) for ln in lines if ln]
 
 
+def test_supported_distros_are_alive_and_foxy_is_not():
+    status = ROSDEP['distribution_status']
+    assert status['foxy'] == 'end-of-life'
+    assert all(status[d] in ('active', 'rolling') for d in ROSDEP_DISTROS), status
+
+
 @pytest.mark.parametrize('distro', ROSDEP_DISTROS)
 def test_every_package_xml_key_resolves(distro):
     keys = _keys('depend', 'exec_depend', 'build_depend', 'test_depend')
