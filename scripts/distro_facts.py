@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write the per-distro facts that test/test_distro_compat.py checks the package against.
 
-    python3 scripts/distro_facts.py --mirrors /work/.mirror [--kilted-site .venv/lib/python3.11/site-packages]
+    .venv/bin/python scripts/distro_facts.py --mirrors /work/.mirror \
+        [--kilted-site .venv/lib/python3.11/site-packages]
 
 Reads the upstream sources, never imports them (except the Kilted rclpy that runs here, for the
 one fact that only its compiled extension holds), and writes two tables:

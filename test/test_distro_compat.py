@@ -229,6 +229,13 @@ def test_localhost_discovery_on_every_distro():
     env = {}
     localhost_discovery(env)
     assert env == {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    # The demo and the benches keep a wider discovery the user chose, but complete a LOCALHOST
+    # (the Makefile exports it) with Humble's variable.
+    env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_DISTRO': 'humble'}
+    assert localhost_discovery(env, keep_choice=True)['ROS_LOCALHOST_ONLY'] == '1'
+    for chosen in ({'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SUBNET', 'ROS_DISTRO': 'jazzy'},
+                   {'ROS_LOCALHOST_ONLY': '0', 'ROS_DISTRO': 'humble'}):
+        assert localhost_discovery(dict(chosen), keep_choice=True) == chosen
 
 
 @pytest.mark.parametrize('distro', CHECKED)

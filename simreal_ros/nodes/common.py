@@ -203,12 +203,12 @@ def prefer_udp_transport(environ=None):
       ROS_LOCALHOST_ONLY=1), where rmw_fastrtps installs its own shared-memory + UDP pair and
       ignores that variable (Humble's rmw_fastrtps 6.2 as Kilted's 9.3), it puts this process
       on config/fastdds/loopback_udp.xml (UDP bound to 127.0.0.1, discovery on loopback),
-      named in the variable this distro's Fast DDS reads (profiles_variable: Fast DDS 2,
-      Humble and Jazzy, reads FASTRTPS_DEFAULT_PROFILES_FILE; Fast DDS 3 FASTDDS_DEFAULT_
-      PROFILES_FILE), with the range SYSTEM_DEFAULT and ROS_LOCALHOST_ONLY
-      unset, so that the profile is used: what LOCALHOST promises, nothing leaves the
-      computer, without shared memory. Processes left on LOCALHOST (the `ros2` command line,
-      its daemon) still find these ones, over UDP.
+      named in the variable this distro's Fast DDS reads (`profiles_variable`: Fast DDS 2 of
+      Humble and Jazzy reads FASTRTPS_DEFAULT_PROFILES_FILE, Fast DDS 3 the FASTDDS_ one),
+      with the range SYSTEM_DEFAULT and ROS_LOCALHOST_ONLY unset, so that the profile is
+      used: what LOCALHOST promises, nothing leaves the computer, without shared memory.
+      Processes left on LOCALHOST (the `ros2` command line, its daemon) still find these
+      ones, over UDP.
     Returns what was put in place: 'UDPv4', 'loopback UDP', the user's
     FASTDDS_BUILTIN_TRANSPORTS, or None. `dds_transport` tells what a process really got.
     """
