@@ -9,7 +9,9 @@ A use is (module, dotted name, keyword arguments, file:line, guarded):
 - `ReliabilityPolicy.BEST_EFFORT` -> ('rclpy.qos', 'ReliabilityPolicy.BEST_EFFORT');
 - `rclpy.init(args=...)` after `import rclpy` -> ('rclpy', 'init', {'args'});
 - `self.create_timer(..., clock=c)` in a class derived from rclpy's Node, and `node.<m>(...)`
-  / `self.node.<m>(...)` anywhere -> ('rclpy.node', 'Node.create_timer', {'clock'}).
+  / `self.node.<m>(...)` anywhere -> ('rclpy.node', 'Node.create_timer', {'clock'});
+  `executor.spin_once(timeout_sec=0.1)` -> ('rclpy.executors',
+  'SingleThreadedExecutor.spin_once', {'timeout_sec'}).
 `guarded` is set when the use sits inside a `try:` whose handlers catch ImportError,
 AttributeError or TypeError: a fallback (allowed only when listed in the test's FALLBACKS).
 """
@@ -19,6 +21,10 @@ from pathlib import Path
 
 ROOTS = ('rclpy', 'launch', 'launch_ros')
 NODE_RECEIVERS = ('node', 'self.node', 'self._node', 'owner.node')
+# Other receivers known by name: an executor is checked against SingleThreadedExecutor, the
+# one every distro has (the EventsExecutor must take the same calls: it falls back to it).
+RECEIVER_CLASSES = {'executor': ('rclpy.executors', 'SingleThreadedExecutor'),
+                    'self.executor': ('rclpy.executors', 'SingleThreadedExecutor')}
 GUARD_EXCEPTIONS = {'ImportError', 'ModuleNotFoundError', 'AttributeError', 'TypeError'}
 
 
@@ -144,7 +150,11 @@ class _Scanner(ast.NodeVisitor):
                 self._skip_attr = node.func
             elif method and self._node_method(receiver, method):
                 self._add('rclpy.node', 'Node.' + method, node, kwargs, call=True,
-                          positional=len(node.args))
+                          positional=len(node.args), by_receiver_name=True)
+            elif method and receiver in RECEIVER_CLASSES:
+                module, cls = RECEIVER_CLASSES[receiver]
+                self._add(module, f'{cls}.{method}', node, kwargs, call=True,
+                          positional=len(node.args), by_receiver_name=True)
         self.generic_visit(node)
 
     def visit_Attribute(self, node):

@@ -114,11 +114,12 @@ def check_use(use, distro):
 
 
 def _known_somewhere(use):
-    """Node methods are found by receiver name; one no distro has is not an rclpy call."""
-    if not use.name.startswith('Node.') or use.module != 'rclpy.node':
+    """A method found by its receiver's name (`node.x()`, `executor.x()`) that no distro's class
+    has is not a call on that class (a variable of another kind with that name)."""
+    if not use.extra.get('by_receiver_name'):
         return True
-    method = use.name.split('.')[1]
-    return any(method in API['distros'][d]['modules']['rclpy.node']['Node']['methods']
+    cls, method = use.name.split('.')[:2]
+    return any(method in (API['distros'][d]['modules'][use.module][cls] or {}).get('methods', {})
                for d in CHECKED)
 
 
@@ -148,6 +149,7 @@ def test_the_scan_sees_the_package():
     assert ('rclpy.qos', 'QoSProfile') in names
     assert ('rclpy.node', 'Node.create_timer') in names
     assert ('launch_ros.actions', 'Node') in names
+    assert ('rclpy.executors', 'SingleThreadedExecutor.spin_once') in names
     assert len(USES) > 300
 
 
