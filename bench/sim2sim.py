@@ -34,7 +34,6 @@ its distance and fall fields are null. The last line printed is a JSON summary.
 """
 import argparse
 import json
-import os
 from pathlib import Path
 import sys
 import tempfile
