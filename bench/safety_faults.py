@@ -42,7 +42,8 @@ from simreal_ros.core.config import load_node_params
 REPO = Path(__file__).resolve().parents[1]
 G1_CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
 G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 ARM_NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
 ARGS = argparse.Namespace(overrides={})
 LAST_RIG = [None]   # for the supervisor's log when a scenario fails

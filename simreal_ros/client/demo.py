@@ -627,7 +627,8 @@ def main(argv=None):
                         '(for a loaded machine, e.g. 0.5)')
     parser.add_argument('--out', default='', help='results folder (default results/demo-<time>)')
     args = parser.parse_args(argv)
-    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    from simreal_ros.nodes.common import localhost_discovery
+    localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
     os.environ.setdefault('ROS_DOMAIN_ID', DEFAULT_DOMAIN)
     out = Path(args.out or Path('results') / f'demo-{datetime.now():%Y%m%d-%H%M%S}')
     out.mkdir(parents=True, exist_ok=True)

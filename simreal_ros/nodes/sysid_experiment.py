@@ -495,12 +495,17 @@ class SysidNode(Node):
 
     # -- sim_bridge ------------------------------------------------------------------------
     def _push_to_bridge(self, results, path):
-        """Best effort: write identified values into sim_bridge's parameters when it runs."""
-        from rclpy.parameter_client import AsyncParameterClient
+        """Best effort: write identified values into sim_bridge's parameters when it runs.
+
+        One client of the node's `set_parameters` service (rcl_interfaces, on every distro):
+        rclpy's AsyncParameterClient would do the same but is Jazzy and later, and makes six
+        service clients where one is used.
+        """
+        from rcl_interfaces.srv import SetParameters
         name = self.p['sim_bridge_node']
         if self.bridge is None:
-            self.bridge = AsyncParameterClient(self, name)
-        if not self.bridge.services_are_ready():
+            self.bridge = self.create_client(SetParameters, f'{name}/set_parameters')
+        if not self.bridge.service_is_ready():
             self.get_logger().info(f'{name} is not running: identified values not pushed (they '
                                    f'are in {path})')
             return
@@ -510,7 +515,8 @@ class SysidNode(Node):
                for k, v in sorted(bridge_parameters([{'results': results}]).items())]
         if not out:
             return
-        future = self.bridge.set_parameters(out)
+        request = SetParameters.Request(parameters=[p.to_parameter_msg() for p in out])
+        future = self.bridge.call_async(request)
         future.add_done_callback(lambda f: self._bridge_done(f, out, name))
 
     def _bridge_done(self, future, params, name):

@@ -125,7 +125,7 @@ def declared_parameters(node):
     """
     from rclpy.exceptions import ParameterUninitializedException
     from simreal_ros.client.ros import PARAM_TYPES
-    names = sorted(node.list_parameters([], 0).names)
+    names = sorted(node.get_parameters_by_prefix(''))   # list_parameters is Jazzy and later
     rows = {}
     for name, descriptor in zip(names, node.describe_parameters(names)):
         try:
