@@ -878,8 +878,8 @@ class Supervisor:
         cap = self.cfg.timeouts[self.mode]
         elapsed = now - self.target_changed
         if src is not None:      # on the source's clock where the target last moved on it
-            elapsed = np.where(np.isfinite(self.target_changed_src),
-                               self._source_time(src) - self.target_changed_src, elapsed)
+            on_src = self._source_time(src) - self.target_changed_src   # NaN: not on it
+            elapsed = np.where(on_src == on_src, on_src, elapsed)
         since = _clip(elapsed, 0.0, cap)
         return np.where(np.isfinite(self.previous_target) & np.isfinite(since), since, cap)
 
@@ -1142,8 +1142,9 @@ class Supervisor:
             # catch up, or still has) the stamp's clock run on to now.
             stamp, running = src
             reached = out.position == cmd.position
-            at = np.where(self.target_lagging[i] | ~reached, running, stamp)
-            self.target_changed_src[i[moved]] = at[moved]
+            if moved.any():
+                at = np.where(self.target_lagging[i] | ~reached, running, stamp)
+                self.target_changed_src[i[moved]] = at[moved]
             self.target_lagging[i] = ~reached
         self.previous_target[i] = out.position
 
