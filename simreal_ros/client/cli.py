@@ -15,6 +15,7 @@
     simreal params [node ...]          # parameters: value, range, meaning
     simreal demo
     simreal limits --reference TRACE.npz --robot g1_12dof [--margin 0.1] [--yaml | --json]
+    simreal import deploy.yaml --model scene.xml [--policy p.onnx] -o robot.yaml
 
 Every verb talks to the running graph over the same services and topics a `ros2 service call`
 would use (`/safety/estop`, `/policy_runner/enable`, ...). A verb whose node is not running says
@@ -403,6 +404,22 @@ def cmd_limits(args, _ros=None):
     return 0
 
 
+def cmd_import(args, _ros=None):
+    """Turn a training export into a robot file (files only, no ROS)."""
+    from simreal_ros.tools.importer import import_export, write
+    imp = import_export(args.file, args.model or None, args.policy or None,
+                        args.format or None, args.output, args.name or None,
+                        driver=args.driver or None)
+    for text in imp.notes:
+        print(f'simreal import: not mapped or assumed: {text}')
+    path = write(imp, args.output)
+    runner = imp.sections['policy_runner']
+    print(f'simreal import: wrote {path} ({imp.fmt}: {len(imp.shared["joint_names"])} joints, '
+          f'{len(runner["observation"]["terms"])} observation terms, policy at '
+          f'{runner["rate_hz"]:g} Hz); check it: simreal check {path}')
+    return 0
+
+
 def cmd_demo(args, _ros=None):
     from simreal_ros.client import demo
     return demo.main(['--robot', args.robot, '--rtf', str(args.rtf)]
@@ -491,6 +508,21 @@ def build_parser():
     out.add_argument('--json', action='store_true', help='print only JSON')
     p.add_argument('--strict', action='store_true',
                    help='exit 1 when a joint is flagged (the reference exceeds the model)')
+    p = sub.add_parser('import', help='turn a training export (unitree_rl_lab deploy.yaml, '
+                       'legged_gym deploy config) into a robot file (files only, no ROS; '
+                       'docs/bring_your_own.md)')
+    p.add_argument('file', metavar='FILE', help='the export (deploy.yaml, deploy config)')
+    p.add_argument('--format', default='', choices=('', 'unitree_rl_lab', 'legged_gym'),
+                   help='the export\'s format (default: told by its keys)')
+    p.add_argument('--model', default='', metavar='MJCF',
+                   help='the robot\'s MuJoCo model: its actuators are the motors, in order')
+    p.add_argument('--policy', default='', metavar='ONNX',
+                   help='the policy (default: policy.onnx beside FILE or in ../exported/)')
+    p.add_argument('--name', default='', help='robot_name (default: the output file\'s stem)')
+    p.add_argument('--driver', default='', choices=('', 'unitree'),
+                   help="'unitree': add a unitree_bridge section (motor indices, held motors)")
+    p.add_argument('-o', '--output', required=True, metavar='ROBOT.yaml',
+                   help='the robot file to write (nothing is written when the import fails)')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
     p.add_argument('--robot', default='arm3')
     p.add_argument('--fast', action='store_true', help='shorter experiments')
@@ -515,6 +547,8 @@ def main(argv=None):
             return cmd_demo(args)
         if args.verb == 'limits':
             return cmd_limits(args)
+        if args.verb == 'import':
+            return cmd_import(args)
         ros = Ros(args.namespace)
         try:
             return VERBS[args.verb](args, ros)
