@@ -383,8 +383,11 @@ def cmd_limits(args, _ros=None):
     from simreal_ros.core.limits_proposal import propose_from_files
     proposal = propose_from_files(args.reference, args.robot, margin=args.margin,
                                   position_margin=args.position_margin,
-                                  model=args.model or None, use_model=not args.no_model)
+                                  model=args.model or None, use_model=not args.no_model,
+                                  jitter=args.jitter, replay=not args.no_replay)
     flagged = proposal.flagged
+    dirty = [f'jitter {j:g}: {r.summary()}' for j, r in (proposal.replay or {}).items()
+             if not r.clean]
     if args.json:
         print(proposal.to_json())
     elif args.yaml:
@@ -398,8 +401,12 @@ def cmd_limits(args, _ros=None):
         joints = sorted({n for n, _ in flagged}, key=proposal.names.index)
         print(f'simreal limits: FLAGGED {len(joints)} joint(s), the reference needs more than '
               f'the model allows: {", ".join(joints)}', file=sys.stderr)
-    if flagged and args.strict:
-        print('simreal limits: --strict: flagged joints, exit code 1', file=sys.stderr)
+    if dirty and (args.json or args.yaml):
+        print('simreal limits: the replay through the supervisor\'s filter is not clean: '
+              + '; '.join(dirty), file=sys.stderr)
+    if (flagged or dirty) and args.strict:
+        print('simreal limits: --strict: flagged joints or a replay with clips, exit code 1',
+              file=sys.stderr)
         return 1
     return 0
 
@@ -503,6 +510,12 @@ def build_parser():
                         'robot file names, sim_robot.model_path)')
     p.add_argument('--no-model', action='store_true',
                    help='read no model: proposals are not checked against any range')
+    p.add_argument('--jitter', type=float, default=0.5, metavar='FRACTION',
+                   help='target rate and acceleration for policy steps arriving this fraction '
+                        'of a period late or early (default 0.5)')
+    p.add_argument('--no-replay', action='store_true',
+                   help='do not replay the reference through the supervisor\'s filter with '
+                        'the proposal (the check that it passes untouched)')
     out = p.add_mutually_exclusive_group()
     out.add_argument('--yaml', action='store_true', help='print only the YAML snippet')
     out.add_argument('--json', action='store_true', help='print only JSON')

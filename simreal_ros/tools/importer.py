@@ -62,7 +62,7 @@ TRIP_FACTOR = 1.5               # trip_velocity = 1.5 x velocity_limit
 STATE_VELOCITY_FACTOR = 3.0     # a measured speed beyond 3 x velocity_limit is implausible
 STATE_POSITION_MARGIN = 0.3     # rad: a measured position beyond the range by this: implausible
 TARGET_RATE = 40.0              # rad/s: a target may move 0.8 rad per 20 ms period
-TARGET_ACCEL = 2000.0           # rad/s^2
+TARGET_ACCEL = 5000.0           # rad/s^2: a step arriving half a period early after one late
 POSITION_MARGIN = 0.1           # rad a target may reach past the joint's range (torque only)
 
 
@@ -276,7 +276,7 @@ def _path_for(given, out_dir, what):
 
 
 # -- the common parts of a robot file ------------------------------------------------------
-def _sim_robot(imp, model_path, physics_dt, floating, n):
+def _sim_robot(imp, model_path, physics_dt, floating, n, initial=None):
     imp.sections['sim_robot'] = {
         'model_path': model_path,
         'physics_dt': physics_dt,
@@ -289,6 +289,11 @@ def _sim_robot(imp, model_path, physics_dt, floating, n):
         'hold_until_command': bool(floating),
         'motor_indices': list(range(n)),
     }
+    if initial is not None:
+        imp.sections['sim_robot']['initial_position'] = [float(v) for v in initial]
+        imp.comments[('sim_robot', 'initial_position')] = [
+            'The default pose (motor order): an Isaac Lab episode starts there, so the '
+            'policy\'s first command is near the measured pose.']
     imp.comments[('sim_robot', 'plant_enabled')] = [
         'The MJCF is the truth (no hidden plant): sim2sim matches the training-side loop.']
     if floating:
@@ -684,7 +689,8 @@ def import_export(export, model, policy=None, fmt=None, out=None, robot_name=Non
     else:
         names, kp, kd, default_motor, period, physics_dt = _legged_gym(
             imp, data, export, mdl, policy_text)
-    _sim_robot(imp, model_text, physics_dt, mdl.floating, len(names))
+    _sim_robot(imp, model_text, physics_dt, mdl.floating, len(names),
+               default_motor if fmt == 'unitree_rl_lab' else None)
     imp.sections['safety_supervisor'] = _supervisor(imp, mdl, names, kp, kd, default_motor,
                                                     period)
     if driver not in (None, 'unitree'):

@@ -14,8 +14,8 @@ file's order; `velocity_commands` is the command clamped to `commands.base_veloc
 the target of policy joint i, `offset + scale * action`, goes to motor `joint_ids_map[i]`,
 whose PD runs with `stiffness` / `damping` (motor order) every physics step.
 
-The loop: the model starts at its own pose, the default pose is held for one policy period
-(unitree's FixStand before the policy takes over), the environment is reset (histories filled)
+The loop: the model starts at the default pose (an Isaac Lab episode's reset), which is held
+for one policy period (unitree's FixStand before the policy takes over), the environment is reset (histories filled)
 and then every period: observation, ONNX, targets, `decimation` physics steps.
 
 With `--robot` (a robot file, e.g. from `simreal import`), the package's own policy path
@@ -147,8 +147,11 @@ def run(deploy, model, policy=None, steps=1000, cmd_vel=(0.5, 0.0, 0.0), physics
     kp = np.array(cfg['stiffness'], float)
     kd = np.array(cfg['damping'], float)
     decimation = int(round(env.step_dt / physics_dt))
+    # An Isaac Lab episode starts at the default pose; unitree's FixStand holds it before
+    # the policy takes over (one period here).
+    d.qpos[qadr[env.ids]] = env.default
+    mujoco.mj_forward(m, d)
     motor_target = d.qpos[qadr].copy()
-    motor_target[env.ids] = env.default        # FixStand: the default pose, held one period
 
     def physics():
         for _ in range(decimation):
