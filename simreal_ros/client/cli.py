@@ -16,6 +16,7 @@
     simreal demo
     simreal limits --reference TRACE.npz --robot g1_12dof [--margin 0.1] [--yaml | --json]
     simreal import deploy.yaml --model scene.xml [--policy p.onnx] -o robot.yaml
+    simreal check robot.yaml [--reference TRACE.npz | --rollout STEPS]
 
 Every verb talks to the running graph over the same services and topics a `ros2 service call`
 would use (`/safety/estop`, `/policy_runner/enable`, ...). A verb whose node is not running says
@@ -536,6 +537,18 @@ def build_parser():
                    help="'unitree': add a unitree_bridge section (motor indices, held motors)")
     p.add_argument('-o', '--output', required=True, metavar='ROBOT.yaml',
                    help='the robot file to write (nothing is written when the import fails)')
+    p = sub.add_parser('check', help='check a robot file: sections, paths, sizes against the '
+                       'model and the ONNX, declared parameters, the limits replay (no graph)')
+    p.add_argument('file', metavar='FILE', help='robot file (path, or a name in config/robots)')
+    p.add_argument('--reference', default='', metavar='TRACE.npz',
+                   help='replay this reference through the supervisor\'s limit filter')
+    p.add_argument('--rollout', type=int, default=0, metavar='STEPS',
+                   help='replay STEPS policy steps of the package\'s MuJoCo loop instead')
+    p.add_argument('--cmd-vel', type=float, nargs=3, metavar=('VX', 'VY', 'WZ'),
+                   help='the velocity command of the rollout')
+    p.add_argument('--no-nodes', action='store_true',
+                   help='do not build the nodes to check the declared parameters')
+    p.add_argument('--json', action='store_true', help='print JSON only')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
     p.add_argument('--robot', default='arm3')
     p.add_argument('--fast', action='store_true', help='shorter experiments')
@@ -562,6 +575,9 @@ def main(argv=None):
             return cmd_limits(args)
         if args.verb == 'import':
             return cmd_import(args)
+        if args.verb == 'check':
+            from simreal_ros.tools.check import main_check
+            return main_check(args)
         ros = Ros(args.namespace)
         try:
             return VERBS[args.verb](args, ros)

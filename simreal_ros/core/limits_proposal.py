@@ -200,10 +200,9 @@ def read_robot(robot, model=None, use_model=True):
         out.model_note = ('the robot file names no model (sim_robot.model_path): proposals '
                           'are not checked against joint or actuator ranges')
         return out
-    try:
-        resolved = resolve_path(model, what=f'{path}: {where}')
-    except ConfigError:
-        resolved = resolve_path(model, what=f'{path}: {where}', relative_to=Path(path).parent)
+    resolved = resolve_path(model, what=f'{path}: {where}',
+                            relative_to=None if where == 'the --model option' else
+                            Path(path).parent)
     out.model_path = str(resolved)
     out.model_note = f'{resolved} ({where})'
     out.model = read_model(resolved, names)

@@ -42,6 +42,7 @@ motor heats or a gearbox wears, to rehearse the live reality gap. No hardware dr
     ros2 param set /sim_robot test.plant_change '{"elbow_pitch": {"coulomb_friction": 3.0}}'
 """
 import json
+import sys
 import threading
 import time
 
@@ -59,7 +60,7 @@ from std_msgs.msg import String
 
 from simreal_ros.core import unitree
 from simreal_ros.core.cdr import ImuEncoder, JointStateDecoder, JointStateEncoder, split_stamp
-from simreal_ros.core.config import ConfigError, resolve_path
+from simreal_ros.core.config import ConfigError, resolve_path, setting_dir
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS,
@@ -82,7 +83,10 @@ class SimRobot(Node):
         super().__init__(self.NODE_NAME)
         self.priority = declare_priority(self, -10)   # before the work starts
         p = self._declare_parameters()
-        model_path = resolve_path(p['model_path'], what='sim_robot parameter model_path')
+        # Relative to the robot file that sets it first, as every *_path (core/config.py).
+        model_path = resolve_path(p['model_path'], what='sim_robot parameter model_path',
+                                  relative_to=setting_dir(sys.argv, self.get_name(),
+                                                          'model_path'))
         truth = None
         if p['plant_enabled']:
             missing = [k for k in PLANT_ARRAYS if not p['plant.' + k]]
