@@ -237,8 +237,10 @@ class SimRobot(Node):
 
     def _declare_parameters(self):
         p = {}
-        p['model_path'] = declare(self, 'model_path', '', 'MJCF file: absolute, relative, or '
-                                  'package://simreal_ros/...', read_only=True)
+        p['model_path'] = declare(self, 'model_path', '', 'MJCF file: absolute, '
+                                  'package://simreal_ros/..., or relative to the robot file '
+                                  'that sets it, then the current directory, then the source '
+                                  'checkout', read_only=True)
         p['joint_names'] = self._declare_array('joint_names', Parameter.Type.STRING_ARRAY,
                                                'actuated joints exposed, by MJCF name')
         p['physics_dt'] = declare(self, 'physics_dt', 0.001, 'physics step (s)', low=1e-5,
