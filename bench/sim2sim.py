@@ -336,7 +336,13 @@ def main(argv=None):
                 stop_teleop.wait(0.1)
         if cmd is not None:
             threading.Thread(target=teleop, daemon=True).start()
-        if not lockstep and not supervisor:
+        # A robot that waits for its first command (hold_until_command, a legged robot) is
+        # started by the policy's first command, not by a hold: a held pose topples it while
+        # the bench waits to enable the policy.
+        waits = bool(setup.sim.get('hold_until_command', False))
+        summary['started_by'] = ('hold' if not lockstep and not supervisor and not waits
+                                 else 'first command')
+        if not lockstep and not supervisor and not waits:
             # Hold the default pose from before the robot exists, as the reference starts.
 
             def hold_loop():
@@ -443,9 +449,14 @@ def main(argv=None):
                 return poses[-1][0] if setup.floating_base else stamp_times()[-1]
             start_t = clock()
             start_pose = poses[-1] if setup.floating_base else None
-            wait_for(lambda: clock() - start_t > args.duration or any(
-                p.proc.poll() is not None for p in procs), args.duration / args.rtf + 60,
-                what='realtime run')
+            try:
+                wait_for(lambda: clock() - start_t > args.duration or any(
+                    p.proc.poll() is not None for p in procs), args.duration / args.rtf + 60,
+                    what='realtime run')
+            except AssertionError:   # a frozen clock: the robot's time never ran the duration
+                summary['error'] = (f'the robot\'s time advanced {clock() - start_t:.3g} s of '
+                                    f'{args.duration:g} s (sim_robot waits for a forwarded '
+                                    'command with hold_until_command)')
             summary.update(duration_s=args.duration, base_z_at_enable=None, distance_m=None,
                            min_base_z=None, fell=None)
             if setup.floating_base:
@@ -485,6 +496,10 @@ def main(argv=None):
         for p in procs:
             if p.proc.poll() is not None:
                 summary.setdefault('exited', []).append(p.cmd[2])
+        if not lockstep:
+            summary['failures'] = realtime_failures(summary, supervisor, safety)
+            if summary['failures']:
+                code = 1
     finally:
         stop_teleop.set()
         spinner.stop()
@@ -493,6 +508,40 @@ def main(argv=None):
         rclpy.try_shutdown()
     print(json.dumps(summary))
     return code
+
+
+def realtime_failures(summary, supervisor, safety):
+    """Return why a realtime run did not do its job (empty: it did). A run whose policy
+    never ran, whose supervisor never forwarded it, that e-stopped, fell or lost a process is
+    a failure, never a result of zeros."""
+    reasons = []
+    if summary.get('error'):
+        reasons.append(summary['error'])
+    if not summary.get('commands'):
+        reasons.append('the policy never ran: no policy/command')
+    if supervisor:
+        state = {}
+        try:
+            state = json.loads(safety[-1]) if safety else {}
+        except ValueError:
+            pass
+        forwarded = state.get('outputs_forwarded')
+        summary.setdefault('supervisor_state', {})
+        if isinstance(summary['supervisor_state'], dict):
+            summary['supervisor_state']['outputs_forwarded'] = forwarded
+        if not safety:
+            reasons.append('no safety/state from safety_supervisor')
+        elif not forwarded:
+            reasons.append('safety_supervisor never forwarded the policy (outputs_forwarded '
+                           f'0; safe_reason: {state.get("safe_reason")!r})')
+        if state.get('estop'):
+            reasons.append(f'e-stop: {state.get("estop_cause")}')
+    if summary.get('fell'):
+        reasons.append(f'fell: base height {summary.get("min_base_z")} m < fall_z '
+                       f'{summary.get("fall_z")} m')
+    if summary.get('exited'):
+        reasons.append(f'exited: {", ".join(summary["exited"])}')
+    return reasons
 
 
 def run_lockstep(procs, stamp_times, t_end, stall_s=60.0):

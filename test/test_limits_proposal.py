@@ -174,7 +174,7 @@ def staircase_trace(tmp_path):
 
 
 def test_target_rate_is_per_move_as_the_supervisor_measures_it(robot, tmp_path):
-    p = propose_from_files(staircase_trace(tmp_path), robot, position_margin=0.1)
+    p = propose_from_files(staircase_trace(tmp_path), robot, position_margin=0.1, jitter=0.0)
     hip = p.joints['hip']
     # 0.08 rad per 20 ms; a per-sample difference would read 0.08 / 0.002 = 40 rad/s
     assert hip['need']['target_rate'] == pytest.approx(4.0, rel=1e-9)
@@ -225,7 +225,7 @@ def test_the_issue_case_is_flagged_never_clipped_silently(robot, tmp_path):
     effort[25, 1] = -50.0
     trace = save(tmp_path / 'issue.npz', time=t, joint_names=np.array(NAMES), q=q,
                  target_q=target, effort=effort)
-    p = propose_from_files(trace, robot)
+    p = propose_from_files(trace, robot, jitter=0.0)
     flags = {}
     for name, text in p.flagged:
         flags.setdefault(name, []).append(text)
@@ -249,9 +249,11 @@ def test_the_issue_case_is_flagged_never_clipped_silently(robot, tmp_path):
 
 
 def test_yaml_snippet_is_a_valid_supervisor_section(robot, tmp_path):
-    p = propose_from_files(staircase_trace(tmp_path), robot)
+    p = propose_from_files(staircase_trace(tmp_path), robot, jitter=0.0)
     data = yaml.safe_load(p.yaml_snippet())
     params = data['/**/safety_supervisor']['ros__parameters']
+    plausibility = {k: params.pop(k) for k in ('state_position_margin', 'state_velocity_factor')}
+    assert plausibility == {k: p.plausibility[k] for k in plausibility}
     assert set(params) == set(PARAMS)
     for key, values in params.items():
         assert len(values) == 3 and all(isinstance(v, float) for v in values), (key, values)
@@ -454,3 +456,64 @@ def test_g1_reference_walk_is_covered_or_flagged(g1_dir):
     text = dict(p.flagged)['left_ankle_roll_joint']
     assert '0.2623 rad' in text and '[-0.2618, 0.2618]' in text
     assert p.joints['left_ankle_roll_joint']['limits']['position_upper']['proposed'] == 0.2618
+
+
+def test_rate_and_accel_have_room_for_real_time_jitter(robot, tmp_path):
+    """A step arriving half a period early after one half a period late: the rate it shows
+    doubles, and a target moving at a steady rate shows an acceleration; the proposal covers
+    both (a proposal from a perfectly regular trace clipped jitter every few steps)."""
+    t = np.arange(51) * 0.02
+    q = np.zeros((51, 3))
+    target = q.copy()
+    target[:, 0] = 0.02 * np.arange(51)            # 1 rad/s, steady: no acceleration
+    trace = save(tmp_path / 'steady.npz', time=t, joint_names=np.array(NAMES), q=q,
+                 target_q=target)
+    regular = propose_from_files(trace, robot, jitter=0.0).joints['hip']
+    assert regular['need']['target_rate'] == pytest.approx(1.0)
+    assert regular['limits']['max_target_rate']['proposed'] == 1.1
+    assert regular['limits']['max_target_accel']['proposed'] is None   # nothing to propose
+    p = propose_from_files(trace, robot, jitter=0.5, replay=True)
+    hip = p.joints['hip']
+    assert hip['need']['target_rate'] == pytest.approx(1.0)            # the need: as traced
+    assert hip['limits']['max_target_rate']['proposed'] == 2.2         # 1 / (1 - 0.5) x 1.1
+    # 1 * 2 * 0.5 / ((1 - 0.25) * 0.5 * 0.02) = 133.3 rad/s^2, x 1.1
+    assert hip['limits']['max_target_accel']['proposed'] == pytest.approx(147.0)
+    assert 'arriving 0.5 of a period late or early' in '\n'.join(p.table())
+
+
+def test_torque_need_is_the_pd_torque_the_supervisor_checks(robot, tmp_path):
+    """A measured effort smaller than the PD torque a target implies on arrival: the need is
+    the PD torque (the supervisor refuses the target otherwise, issue 30)."""
+    t = np.arange(11) * 0.02
+    q = np.zeros((11, 3))
+    target = q.copy()
+    target[5:, 0] = 0.1                             # kp 100 x 0.1 rad = 10 N*m on arrival
+    effort = np.zeros((11, 3))
+    effort[:, 0] = 2.0                              # what the joint ended up making
+    trace = save(tmp_path / 'tau.npz', time=t, joint_names=np.array(NAMES), q=q,
+                 target_q=target, effort=effort)
+    p = propose_from_files(trace, robot, replay=True)
+    hip = p.joints['hip']
+    assert hip['need']['torque'] == pytest.approx(10.0)
+    assert hip['need']['torque_effort'] == pytest.approx(2.0)
+    assert hip['need']['torque_source'].startswith('PD effort')
+    assert hip['limits']['torque_limit']['proposed'] == 11.0
+    assert all(r.clip_count == 0 for r in p.replay.values())
+
+
+def test_replay_counts_the_clips_of_a_tight_limit(robot, tmp_path):
+    """The replay check can fail: the same trace against a torque limit below its need."""
+    from simreal_ros.core.config import load_node_params
+    from simreal_ros.core.limits_replay import replay
+    from simreal_ros.core.trace import load_trace
+    t = np.arange(11) * 0.02
+    q = np.zeros((11, 3))
+    target = q.copy()
+    target[5:, 0] = 0.1
+    trace = load_trace(save(tmp_path / 'tau.npz', time=t, joint_names=np.array(NAMES), q=q,
+                            target_q=target), robot=robot)
+    params = load_node_params(robot, 'safety_supervisor')
+    assert replay(params, trace).clean
+    params['torque_limit'] = [5.0, 40.0, 40.0]
+    result = replay(params, trace)
+    assert not result.clean and result.clips['torque']['hip'] > 0 and result.changed_steps

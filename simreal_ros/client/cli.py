@@ -15,6 +15,8 @@
     simreal params [node ...]          # parameters: value, range, meaning
     simreal demo
     simreal limits --reference TRACE.npz --robot g1_12dof [--margin 0.1] [--yaml | --json]
+    simreal import deploy.yaml --model scene.xml [--policy p.onnx] -o robot.yaml
+    simreal check robot.yaml [--reference TRACE.npz | --rollout STEPS]
 
 Every verb talks to the running graph over the same services and topics a `ros2 service call`
 would use (`/safety/estop`, `/policy_runner/enable`, ...). A verb whose node is not running says
@@ -382,8 +384,11 @@ def cmd_limits(args, _ros=None):
     from simreal_ros.core.limits_proposal import propose_from_files
     proposal = propose_from_files(args.reference, args.robot, margin=args.margin,
                                   position_margin=args.position_margin,
-                                  model=args.model or None, use_model=not args.no_model)
+                                  model=args.model or None, use_model=not args.no_model,
+                                  jitter=args.jitter, replay=not args.no_replay)
     flagged = proposal.flagged
+    dirty = [f'jitter {j:g}: {r.summary()}' for j, r in (proposal.replay or {}).items()
+             if not r.clean]
     if args.json:
         print(proposal.to_json())
     elif args.yaml:
@@ -397,9 +402,29 @@ def cmd_limits(args, _ros=None):
         joints = sorted({n for n, _ in flagged}, key=proposal.names.index)
         print(f'simreal limits: FLAGGED {len(joints)} joint(s), the reference needs more than '
               f'the model allows: {", ".join(joints)}', file=sys.stderr)
-    if flagged and args.strict:
-        print('simreal limits: --strict: flagged joints, exit code 1', file=sys.stderr)
+    if dirty and (args.json or args.yaml):
+        print('simreal limits: the replay through the supervisor\'s filter is not clean: '
+              + '; '.join(dirty), file=sys.stderr)
+    if (flagged or dirty) and args.strict:
+        print('simreal limits: --strict: flagged joints or a replay with clips, exit code 1',
+              file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_import(args, _ros=None):
+    """Turn a training export into a robot file (files only, no ROS)."""
+    from simreal_ros.tools.importer import import_export, write
+    imp = import_export(args.file, args.model or None, args.policy or None,
+                        args.format or None, args.output, args.name or None,
+                        driver=args.driver or None)
+    for text in imp.notes:
+        print(f'simreal import: not mapped or assumed: {text}')
+    path = write(imp, args.output)
+    runner = imp.sections['policy_runner']
+    print(f'simreal import: wrote {path} ({imp.fmt}: {len(imp.shared["joint_names"])} joints, '
+          f'{len(runner["observation"]["terms"])} observation terms, policy at '
+          f'{runner["rate_hz"]:g} Hz); check it: simreal check {path}')
     return 0
 
 
@@ -486,11 +511,44 @@ def build_parser():
                         'robot file names, sim_robot.model_path)')
     p.add_argument('--no-model', action='store_true',
                    help='read no model: proposals are not checked against any range')
+    p.add_argument('--jitter', type=float, default=0.5, metavar='FRACTION',
+                   help='target rate and acceleration for policy steps arriving this fraction '
+                        'of a period late or early (default 0.5)')
+    p.add_argument('--no-replay', action='store_true',
+                   help='do not replay the reference through the supervisor\'s filter with '
+                        'the proposal (the check that it passes untouched)')
     out = p.add_mutually_exclusive_group()
     out.add_argument('--yaml', action='store_true', help='print only the YAML snippet')
     out.add_argument('--json', action='store_true', help='print only JSON')
     p.add_argument('--strict', action='store_true',
                    help='exit 1 when a joint is flagged (the reference exceeds the model)')
+    p = sub.add_parser('import', help='turn a training export (unitree_rl_lab deploy.yaml, '
+                       'legged_gym deploy config) into a robot file (files only, no ROS; '
+                       'docs/bring_your_own.md)')
+    p.add_argument('file', metavar='FILE', help='the export (deploy.yaml, deploy config)')
+    p.add_argument('--format', default='', choices=('', 'unitree_rl_lab', 'legged_gym'),
+                   help='the export\'s format (default: told by its keys)')
+    p.add_argument('--model', default='', metavar='MJCF',
+                   help='the robot\'s MuJoCo model: its actuators are the motors, in order')
+    p.add_argument('--policy', default='', metavar='ONNX',
+                   help='the policy (default: policy.onnx beside FILE or in ../exported/)')
+    p.add_argument('--name', default='', help='robot_name (default: the output file\'s stem)')
+    p.add_argument('--driver', default='', choices=('', 'unitree'),
+                   help="'unitree': add a unitree_bridge section (motor indices, held motors)")
+    p.add_argument('-o', '--output', required=True, metavar='ROBOT.yaml',
+                   help='the robot file to write (nothing is written when the import fails)')
+    p = sub.add_parser('check', help='check a robot file: sections, paths, sizes against the '
+                       'model and the ONNX, declared parameters, the limits replay (no graph)')
+    p.add_argument('file', metavar='FILE', help='robot file (path, or a name in config/robots)')
+    p.add_argument('--reference', default='', metavar='TRACE.npz',
+                   help='replay this reference through the supervisor\'s limit filter')
+    p.add_argument('--rollout', type=int, default=0, metavar='STEPS',
+                   help='replay STEPS policy steps of the package\'s MuJoCo loop instead')
+    p.add_argument('--cmd-vel', type=float, nargs=3, metavar=('VX', 'VY', 'WZ'),
+                   help='the velocity command of the rollout')
+    p.add_argument('--no-nodes', action='store_true',
+                   help='do not build the nodes to check the declared parameters')
+    p.add_argument('--json', action='store_true', help='print JSON only')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
     p.add_argument('--robot', default='arm3')
     p.add_argument('--fast', action='store_true', help='shorter experiments')
@@ -515,6 +573,11 @@ def main(argv=None):
             return cmd_demo(args)
         if args.verb == 'limits':
             return cmd_limits(args)
+        if args.verb == 'import':
+            return cmd_import(args)
+        if args.verb == 'check':
+            from simreal_ros.tools.check import main_check
+            return main_check(args)
         ros = Ros(args.namespace)
         try:
             return VERBS[args.verb](args, ros)

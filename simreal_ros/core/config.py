@@ -47,7 +47,8 @@ def resolve_path(path, what='path', relative_to=None):
 
     Accepts an absolute path, `package://simreal_ros/<path>` (the package share folder), or a
     relative path, tried against `relative_to` (the config file's folder), the current directory
-    and the source checkout's root, in that order.
+    and the source checkout's root, in that order. Every `*_path` of a robot file (model_path,
+    policy_path) is resolved this way, with the robot file's folder first.
     """
     if not path:
         raise ConfigError(f'{what} is empty')
@@ -93,6 +94,13 @@ def setting_file(files, node_name, key):
         except ConfigError:
             continue
     return None
+
+
+def setting_dir(argv, node_name, key):
+    """Return the folder of the `--params-file` in `argv` that gives `node_name` its `key`
+    (relative paths in a robot file are relative to it first), or None."""
+    found = setting_file(params_files(argv), node_name, key)
+    return None if found is None else found.parent
 
 
 def robot_config_path(robot):

@@ -45,6 +45,9 @@ DEFAULT_MARGIN = 0.10            # fraction added to velocity, torque, target ra
 DEFAULT_POSITION_MARGIN = 0.10   # rad added outside the positions and targets
 DEFAULT_POLICY_TIMEOUT = 0.06    # the supervisor's default policy_timeout_s (s)
 DEFAULT_RATE_HZ = 500.0          # the supervisor's tick rate when the file gives none (Hz)
+DEFAULT_JITTER = 0.5             # a policy step may arrive this fraction of a period late/early
+DEFAULT_STATE_VELOCITY_FACTOR = 3.0   # the supervisor's defaults (measurement plausibility)
+DEFAULT_STATE_POSITION_MARGIN = 0.3
 PARAMS = ('position_lower', 'position_upper', 'velocity_limit', 'torque_limit',
           'max_target_rate', 'max_target_accel')
 UNITS = {'position_lower': 'rad', 'position_upper': 'rad', 'velocity_limit': 'rad/s',
@@ -125,6 +128,8 @@ class RobotFile:
     model_path: str = ''
     model_note: str = ''
     model: dict = None                               # name -> ModelJoint, or None
+    state_position_margin: float = DEFAULT_STATE_POSITION_MARGIN
+    state_velocity_factor: float = DEFAULT_STATE_VELOCITY_FACTOR
 
 
 def _per_joint(params, key, n, path, required=False):
@@ -166,6 +171,9 @@ def read_robot(robot, model=None, use_model=True):
         out.current[key] = _per_joint(params, key, n, path)
     out.trip_velocity = _per_joint(params, 'trip_velocity', n, path)
     out.default_position = _per_joint(params, 'bringup.default_position', n, path)
+    for key in ('state_position_margin', 'state_velocity_factor'):
+        if params.get(key) is not None:
+            setattr(out, key, float(params[key]))
     for key, attr, default in (('policy_timeout_s', 'policy_timeout', DEFAULT_POLICY_TIMEOUT),
                                ('rate_hz', 'rate_hz', DEFAULT_RATE_HZ)):
         value = params.get(key, default)
@@ -192,10 +200,9 @@ def read_robot(robot, model=None, use_model=True):
         out.model_note = ('the robot file names no model (sim_robot.model_path): proposals '
                           'are not checked against joint or actuator ranges')
         return out
-    try:
-        resolved = resolve_path(model, what=f'{path}: {where}')
-    except ConfigError:
-        resolved = resolve_path(model, what=f'{path}: {where}', relative_to=Path(path).parent)
+    resolved = resolve_path(model, what=f'{path}: {where}',
+                            relative_to=None if where == 'the --model option' else
+                            Path(path).parent)
     out.model_path = str(resolved)
     out.model_note = f'{resolved} ({where})'
     out.model = read_model(resolved, names)
@@ -223,7 +230,21 @@ def _target_moves(t, target, cap):
     return np.array(rates), np.array(prev_rates), np.array(dts), np.array(times)
 
 
-def joint_needs(trace, j, kp=None, kd=None, rate_cap=DEFAULT_POLICY_TIMEOUT):
+def jittered(rate, accel, period, jitter):
+    """Return (rate, accel) a target sequence shows when its steps arrive `jitter` x period
+    late then early: each step's rate over (1 - j) T, after a rate over (1 + j) T.
+
+    rate' = rate / (1 - j); accel' = accel / (1 - j)^2 + rate * 2j / ((1 - j^2)(1 - j) T):
+    even a target moving at a steady rate (no acceleration on a regular clock) shows one."""
+    j = float(jitter)
+    if j <= 0 or not period > 0:
+        return rate, accel
+    return (rate / (1.0 - j),
+            accel / (1.0 - j) ** 2 + rate * 2.0 * j / ((1.0 - j * j) * (1.0 - j) * period))
+
+
+def joint_needs(trace, j, kp=None, kd=None, rate_cap=DEFAULT_POLICY_TIMEOUT,
+                jitter=DEFAULT_JITTER):
     """Return what the reference needs of joint column j: a dict of figures and sources."""
     t = trace.time
     q = trace.q[:, j]
@@ -251,22 +272,35 @@ def joint_needs(trace, j, kp=None, kd=None, rate_cap=DEFAULT_POLICY_TIMEOUT):
                             0.0)
             k = int(np.argmax(grow))
             need['target_accel'], need['target_accel_time'] = float(grow[k]), float(times[k])
+        if rates.size:   # what the same moves show on a jittery real-time clock
+            need['move_period'] = float(np.median(dts))
+            need['target_rate_jitter'], need['target_accel_jitter'] = jittered(
+                need['target_rate'], need['target_accel'], need['move_period'], jitter)
+            need['jitter'] = float(jitter)
     else:
         need['target_source'] = 'none: no target_q or actions in the trace'
+    # The supervisor checks the torque a target implies when it arrives, kp*(q_t - q) - kd*dq
+    # at the state it meets, not the effort the joint ends up making (on a wrist 4-8 x less):
+    # the need is the larger of the two.
     effort = trace.effort[:, j] if trace.effort is not None else None
-    if effort is not None and np.all(np.isfinite(effort)):
-        need['torque'] = float(np.abs(effort).max())
-        need['torque_time'] = float(t[np.argmax(np.abs(effort))])
-        need['torque_max'], need['torque_min'] = float(effort.max()), float(effort.min())
-        need['torque_source'] = trace.sources.get('effort', 'effort')
-    elif target is not None and kp is not None and kd is not None:
+    candidates = []
+    if target is not None and kp is not None and kd is not None:
         tau = kp * (target - q) - kd * dq
+        candidates.append((tau, 'PD effort kp*(target - q) - kd*dq with the robot file\'s kp, '
+                                'kd: the torque each target implies on arrival, as the '
+                                'supervisor checks it'))
+        need['kp'], need['kd'] = kp, kd
+        need['torque_implied'] = float(np.abs(tau).max())
+    if effort is not None and np.all(np.isfinite(effort)):
+        candidates.append((effort, trace.sources.get('effort', 'effort')))
+        need['torque_effort'] = float(np.abs(effort).max())
+    if candidates:
+        tau, source = max(candidates, key=lambda c: float(np.abs(c[0]).max()))
         need['torque'] = float(np.abs(tau).max())
         need['torque_time'] = float(t[np.argmax(np.abs(tau))])
         need['torque_max'], need['torque_min'] = float(tau.max()), float(tau.min())
-        need['torque_source'] = ('PD effort kp*(target - q) - kd*dq with the robot file\'s '
-                                 'kp, kd (no effort in the trace)')
-        need['kp'], need['kd'] = kp, kd
+        need['torque_source'] = source
+        need['torque_is_implied'] = source.startswith('PD effort')
     else:
         need['torque_source'] = ('none: no effort in the trace, and no targets or no kp/kd '
                                  'for the PD effort')
@@ -310,6 +344,9 @@ class Proposal:
     names: list                  # every supervised joint, robot file order
     untraced: list               # supervised joints the trace does not cover
     current: dict = field(default_factory=dict)   # param -> the robot file's array, or None
+    jitter: float = DEFAULT_JITTER
+    plausibility: dict = field(default_factory=dict)   # state_* proposals (not limits)
+    replay: dict = None          # jitter -> limits_replay.Replay, when replayed
 
     @property
     def flagged(self):
@@ -334,7 +371,10 @@ class Proposal:
             'joints': self.joints, 'untraced_joints': self.untraced,
             'flagged': [{'joint': n, 'problem': f} for n, f in self.flagged],
             'current_clips_reference': self.clipped_by_current(),
-            'proposed': self.proposed_lists()})
+            'proposed': self.proposed_lists(), 'jitter': self.jitter,
+            'plausibility': self.plausibility,
+            'replay': (None if self.replay is None else
+                       {str(k): v.to_dict() for k, v in self.replay.items()})})
 
     def to_json(self):
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)
@@ -365,7 +405,9 @@ class Proposal:
             if self.sources.get(key):
                 lines.append(f'{label:<10}: {self.sources[key]}')
         lines.append(f'margins   : {self.position_margin:g} rad outside positions and targets, '
-                     f'+{100 * self.margin:g} % on the rest (within the model\'s bounds)')
+                     f'+{100 * self.margin:g} % on the rest (within the model\'s bounds); '
+                     f'target rate and acceleration for steps arriving {self.jitter:g} of a '
+                     'period late or early (real-time jitter, --jitter)')
         for note in self.notes:
             lines.append(f'note      : {note}')
         if self.untraced:
@@ -430,6 +472,19 @@ class Proposal:
         for name in self.names:
             for text in self.joints.get(name, {}).get('warnings', []):
                 lines.append(f'warning: {name}: {text}')
+        if self.plausibility:
+            pl = self.plausibility
+            lines.append('')
+            lines.append('measurement plausibility (not command limits: a state beyond them is '
+                         'a sensor fault, an e-stop):')
+            for key in ('state_position_margin', 'state_velocity_factor'):
+                lines.append(f'  {key}: {pl[key]:g} {{{pl["current"][key]:g}}}'
+                             + (f'  ({pl["why"][key]})' if key in pl['why'] else ''))
+        if self.replay:
+            lines.append('')
+            for jitter, rep in self.replay.items():
+                lines.append(f'replay through the supervisor\'s filter at stage 1.00: '
+                             f'{rep.summary()}')
         return lines
 
     def _cell(self, name, param):
@@ -471,6 +526,11 @@ class Proposal:
                 continue
             lines.append(f'    {param}: [{", ".join(_yaml_number(v) for v in filled)}]'
                          f'   # {UNITS[param]}')
+        if self.plausibility:
+            lines.append('    # measurement plausibility, not command limits (a state beyond '
+                         'them is a sensor fault):')
+            for key in ('state_position_margin', 'state_velocity_factor'):
+                lines.append(f'    {key}: {_yaml_number(self.plausibility[key])}')
         return '\n'.join(lines) + '\n'
 
     def current_values(self, param):
@@ -513,7 +573,8 @@ def _jsonable(value):
     return value
 
 
-def propose(trace, robot, margin=DEFAULT_MARGIN, position_margin=DEFAULT_POSITION_MARGIN):
+def propose(trace, robot, margin=DEFAULT_MARGIN, position_margin=DEFAULT_POSITION_MARGIN,
+            jitter=DEFAULT_JITTER):
     """Return the Proposal for a loaded Trace and a RobotFile."""
     margin = float(margin)
     position_margin = float(position_margin)
@@ -533,7 +594,7 @@ def propose(trace, robot, margin=DEFAULT_MARGIN, position_margin=DEFAULT_POSITIO
         j = trace.names.index(name)
         kp = float(robot.kp[i]) if robot.kp is not None else None
         kd = float(robot.kd[i]) if robot.kd is not None else None
-        need = joint_needs(trace, j, kp, kd, robot.policy_timeout)
+        need = joint_needs(trace, j, kp, kd, robot.policy_timeout, jitter)
         sources['dq'] = need['velocity_source']
         sources['target'] = need['target_source']
         sources['effort'] = need['torque_source']
@@ -558,7 +619,42 @@ def propose(trace, robot, margin=DEFAULT_MARGIN, position_margin=DEFAULT_POSITIO
                     (float(trace.time[0]), float(trace.time[-1])), sources, notes,
                     margin, position_margin, robot.model_note or '-', joints, list(robot.names),
                     untraced, dict(robot.current))
+    prop.jitter = float(jitter)
+    prop.plausibility = _plausibility(prop, robot)
     return prop
+
+
+def _plausibility(prop, robot):
+    """Propose the measurement plausibility (separate from the command limits): a measured
+    state the supervisor refuses as a sensor fault must be one the robot cannot be in, not a
+    stumble. Positions: as far outside the proposed soft range as the model's joint range
+    reaches; speeds: state_velocity_factor x velocity_limit at least the trip velocity (a
+    faster joint is an e-stop anyway)."""
+    lists = prop.proposed_lists()
+    margin = robot.state_position_margin
+    factor = robot.state_velocity_factor
+    why = {}
+    for i, name in enumerate(prop.names):
+        mj = robot.model.get(name) if robot.model else None
+        lo, hi = lists['position_lower'][i], lists['position_upper'][i]
+        if mj is not None and lo is not None and mj.lower is not None:
+            gap = max(lo - mj.lower, mj.upper - hi)
+            if gap > margin:
+                margin, why['state_position_margin'] = gap, (
+                    f'{name}: the joint range [{mj.lower:.4g}, {mj.upper:.4g}] reaches '
+                    f'{gap:.3g} rad outside the proposed [{lo:.4g}, {hi:.4g}]')
+        vlim = lists['velocity_limit'][i]
+        if vlim and robot.trip_velocity is not None:
+            need = float(robot.trip_velocity[i]) / float(vlim)
+            if need > factor:
+                factor, why['state_velocity_factor'] = need, (
+                    f'{name}: trip_velocity {float(robot.trip_velocity[i]):g} rad/s over the '
+                    f'proposed velocity_limit {vlim:g}')
+    return {'state_position_margin': round_out(margin, 2),
+            'state_velocity_factor': round_up(factor, 2),
+            'current': {'state_position_margin': robot.state_position_margin,
+                        'state_velocity_factor': robot.state_velocity_factor},
+            'why': why}
 
 
 def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
@@ -620,7 +716,8 @@ def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
             limits[param] = {'need': None, 'proposed': None, 'model': bound,
                              'capped_at_model': False, 'current': cur, 'current_clips': False}
             continue
-        proposed = round_up(value * (1.0 + margin))
+        base = need.get(key + '_jitter', value)   # rate, accel: with real-time jitter
+        proposed = round_up(base * (1.0 + margin))
         if proposed <= 0:
             proposed = None   # the joint never moved/pushed: no figure to propose
             warnings.append(f'{param}: the reference needs 0; no proposal (current value kept)')
@@ -628,8 +725,8 @@ def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
         if capped:
             proposed = bound
         if bound is not None and value > bound + TOLERANCE:
-            how = (f'PD effort at kp {need["kp"]:g}, kd {need["kd"]:g}' if 'kp' in need
-                   else 'measured effort')
+            how = (f'PD torque at kp {need["kp"]:g}, kd {need["kd"]:g}'
+                   if need.get('torque_is_implied') else 'measured effort')
             flags.append(f'torque: the reference needs {value:.4g} N*m ({how}, from '
                          f'{need["torque_min"]:.4g} to {need["torque_max"]:.4g}), '
                          f'{value - bound:.3g} N*m more than the actuator allows '
@@ -655,8 +752,41 @@ def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
 
 
 def propose_from_files(reference, robot, margin=DEFAULT_MARGIN,
-                       position_margin=DEFAULT_POSITION_MARGIN, model=None, use_model=True):
-    """Read the trace, the robot file and its model; return the Proposal."""
+                       position_margin=DEFAULT_POSITION_MARGIN, model=None, use_model=True,
+                       jitter=DEFAULT_JITTER, replay=False):
+    """Read the trace, the robot file and its model; return the Proposal.
+
+    `replay`: also replay the reference through the supervisor's own limit filter with the
+    proposal (`Proposal.replay`, core/limits_replay.py)."""
     robot_file = read_robot(robot, model=model, use_model=use_model)
     trace = load_trace(reference, robot=robot_file.path)
-    return propose(trace, robot_file, margin, position_margin)
+    prop = propose(trace, robot_file, margin, position_margin, jitter)
+    if replay:
+        prop.replay = replay_proposal(prop, trace)
+    return prop
+
+
+def replay_proposal(prop, trace):
+    """Replay the trace through the supervisor with the robot file's parameters and the
+    proposal; return {jitter: Replay} for no jitter and the proposal's."""
+    from simreal_ros.core.limits_replay import replay
+    if trace.target is None:
+        prop.notes.append('no replay through the supervisor: the trace has no targets '
+                          '(target_q or actions)')
+        return {}
+    params = load_node_params(prop.robot, 'safety_supervisor')
+    lists = prop.proposed_lists()
+    for param, values in lists.items():
+        current = prop.current_values(param)
+        params[param] = [v if v is not None else (current[i] if current else None)
+                         for i, v in enumerate(values)]
+        if any(v is None for v in params[param]):
+            raise ConfigError(f'{prop.robot}: safety_supervisor.{param}: no proposal and no '
+                              'value for some joints; cannot replay')
+    for key in ('state_position_margin', 'state_velocity_factor'):
+        params[key] = prop.plausibility[key]
+    out = {}
+    for jitter in sorted({0.0, prop.jitter}):
+        out[jitter] = replay(params, trace, 1.0, jitter, source=f'{prop.robot}: '
+                             'safety_supervisor (with the proposal)')
+    return out

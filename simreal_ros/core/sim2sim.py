@@ -94,7 +94,8 @@ class Setup:
         if not sim.get('model_path'):
             raise ConfigError(f'{path}: sim_robot has no model_path: the check runs the '
                               'robot in sim_robot')
-        model_path = resolve_path(sim['model_path'], what=f'{path}: sim_robot model_path')
+        model_path = resolve_path(sim['model_path'], what=f'{path}: sim_robot model_path',
+                                  relative_to=Path(path).parent)
         physics_dt = float(sim.get('physics_dt') or 0.001)
         decimation = int(round(period / physics_dt))
         if decimation < 1 or abs(decimation * physics_dt - period) > 1e-9:

@@ -313,8 +313,8 @@ def missing_files(robot):
     """Return [(section, parameter, value)] for each file the robot file names that is absent.
 
     The files are the `*_path` parameters of every section (model_path, policy_path), resolved
-    as the nodes resolve them (absolute, package://simreal_ros/..., or relative to the current
-    directory or the source checkout; a policy_path first to the robot file's folder). A
+    as the nodes resolve them (absolute, package://simreal_ros/..., or relative to the robot
+    file's folder, the current directory or the source checkout, in that order). A
     stand-in policy the package makes on first use (`arm3_policy.onnx`, see `_stand_in`) is
     never missing. Tests skip a robot file with this,
     whatever its name: the G1's model and policy live in ../shared, beside the repository.
@@ -330,8 +330,7 @@ def missing_files(robot):
                     not value.startswith(('/', 'package://')):
                 continue
             try:
-                resolve_path(value, what=f'{section}.{key}', relative_to=(
-                    Path(path).parent if key == 'policy_path' else None))
+                resolve_path(value, what=f'{section}.{key}', relative_to=Path(path).parent)
             except ConfigError:
                 if (key, value) not in [(k, v) for _, k, v in missing]:   # '/**' ones once
                     missing.append((section, key, value))

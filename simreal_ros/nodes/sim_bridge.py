@@ -23,6 +23,7 @@ What the gap, the refinement, the held-out split and the shadow do: docs/nodes.m
 import json
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -42,7 +43,7 @@ from simreal_ros.core.bridge.recording import latest_recording, read_mcap, split
 from simreal_ros.core.files import inside
 from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
 from simreal_ros.core.bridge.shadow import ShadowConfig, ShadowGap, noise_floor_of
-from simreal_ros.core.config import ConfigError
+from simreal_ros.core.config import ConfigError, setting_dir
 from simreal_ros.nodes.common import (LATCHED_QOS, PolledSubscription, declare, diag_name,
                                       per_robot_dir, run, stamp_to_sec)
 
@@ -103,7 +104,8 @@ class SimBridge(Node):
         if not p['model_path']:
             raise ConfigError('model_path is empty: give the robot parameter file '
                               '(--params-file config/robots/<robot>.yaml)')
-        self.session = BridgeSession.from_params(params)
+        self.session = BridgeSession.from_params(
+            params, config_dir=setting_dir(sys.argv, self.get_name(), 'model_path'))
         names = self.session.names
         start = self.session.nominal
         self.lock = threading.Lock()

@@ -22,6 +22,7 @@ The hidden true plant, the driver rules it obeys, the Unitree emulation, the gan
 plant change at run time: docs/nodes.md.
 """
 import json
+import sys
 import threading
 import time
 
@@ -39,7 +40,7 @@ from std_msgs.msg import String
 
 from simreal_ros.core import unitree
 from simreal_ros.core.cdr import ImuEncoder, JointStateDecoder, JointStateEncoder, split_stamp
-from simreal_ros.core.config import ConfigError, resolve_path
+from simreal_ros.core.config import ConfigError, resolve_path, setting_dir
 from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS,
@@ -62,7 +63,10 @@ class SimRobot(Node):
         super().__init__(self.NODE_NAME)
         self.priority = declare_priority(self, -10)   # before the work starts
         p = self._declare_parameters()
-        model_path = resolve_path(p['model_path'], what='sim_robot parameter model_path')
+        # Relative to the robot file that sets it first, as every *_path (core/config.py).
+        model_path = resolve_path(p['model_path'], what='sim_robot parameter model_path',
+                                  relative_to=setting_dir(sys.argv, self.get_name(),
+                                                          'model_path'))
         truth = None
         if p['plant_enabled']:
             missing = [k for k in PLANT_ARRAYS if not p['plant.' + k]]
@@ -213,8 +217,10 @@ class SimRobot(Node):
 
     def _declare_parameters(self):
         p = {}
-        p['model_path'] = declare(self, 'model_path', '', 'MJCF file: absolute, relative, or '
-                                  'package://simreal_ros/...', read_only=True)
+        p['model_path'] = declare(self, 'model_path', '', 'MJCF file: absolute, '
+                                  'package://simreal_ros/..., or relative to the robot file '
+                                  'that sets it, then the current directory, then the source '
+                                  'checkout', read_only=True)
         p['joint_names'] = self._declare_array('joint_names', Parameter.Type.STRING_ARRAY,
                                                'actuated joints exposed, by MJCF name')
         p['physics_dt'] = declare(self, 'physics_dt', 0.001, 'physics step (s)', low=1e-5,

@@ -15,6 +15,7 @@ The maths is in simreal_ros.core.sysid; what a run checks, sends and stops on: d
 import json
 import math
 import os
+import sys
 import threading
 import time
 
@@ -28,7 +29,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from simreal_ros.core.config import ConfigError, resolve_path
+from simreal_ros.core.config import ConfigError, resolve_path, setting_dir
 from simreal_ros.core.files import write_text
 from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
 from simreal_ros.core.sysid.records import result_text
@@ -87,7 +88,8 @@ class SysidNode(Node):
         if not names:
             raise ConfigError(f'{self.NODE_NAME}.joint_names is empty (set it in /** of the '
                               'robot parameter file)')
-        model = resolve_path(p['model_path'], f'{self.NODE_NAME}.model_path')
+        model = resolve_path(p['model_path'], f'{self.NODE_NAME}.model_path',
+                             relative_to=setting_dir(sys.argv, self.get_name(), 'model_path'))
         self.nominal = NominalModel(model, names)
         params = {k: v for k, v in p.items() if v is not None and v != []}
         self.settings = SysidSettings.from_params(params, names, p['kp'], p['kd'],
