@@ -71,8 +71,8 @@ class Replay:
 def replay(params, trace, scale=1.0, jitter=0.0, source='safety_supervisor'):
     """Replay `trace` (core/trace.Trace with targets) through a Supervisor from `params`.
 
-    `params`: the flattened safety_supervisor parameters of a robot file. The trace's joints
-    must be the supervisor's (any order); joints it lacks hold their first... are refused.
+    `params`: the flattened safety_supervisor parameters of a robot file. The trace must
+    cover every supervised joint (any order); a trace that lacks one is refused, named.
     """
     from simreal_ros.core.safety import Supervisor, SupervisorConfig
     if trace.target is None:

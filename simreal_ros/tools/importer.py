@@ -255,7 +255,7 @@ def _floats(data, key, path, n=None, where=None):
     return arr
 
 
-def _one_or_list(arr, digits=None):
+def _one_or_list(arr):
     """A per-element value: one number when all agree, else the list."""
     arr = np.asarray(arr, dtype=float).reshape(-1)
     if arr.size and np.all(arr == arr[0]):

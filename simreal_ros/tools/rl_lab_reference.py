@@ -15,8 +15,9 @@ the target of policy joint i, `offset + scale * action`, goes to motor `joint_id
 whose PD runs with `stiffness` / `damping` (motor order) every physics step.
 
 The loop: the model starts at the default pose (an Isaac Lab episode's reset), which is held
-for one policy period (unitree's FixStand before the policy takes over), the environment is reset (histories filled)
-and then every period: observation, ONNX, targets, `decimation` physics steps.
+for one policy period (unitree's FixStand before the policy takes over), the environment is
+reset (histories filled) and then every period: observation, ONNX, targets, `decimation`
+physics steps.
 
 With `--robot` (a robot file, e.g. from `simreal import`), the package's own policy path
 (`core/policy.PolicyController`: observation builder, ONNX session, action mapping) is fed the
