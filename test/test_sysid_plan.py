@@ -39,3 +39,36 @@ def test_a_plan_outside_the_limits_exits_1_and_names_it(tmp_path, capsys):
     out = capsys.readouterr()
     assert 'OUTSIDE' in out.out and 'left_knee_joint' in out.out
     assert 'do not run them' in out.err
+
+
+def test_training_exports_carry_every_joint_value_and_the_delay_in_steps(tmp_path):
+    """isaaclab_actuators.py and legged_gym_params.py: valid Python, each joint's identified
+    armature, Coulomb and viscous friction, the PD gains kept apart from joint friction, the
+    latency as floor/ceil physics steps."""
+    import ast
+    import numpy as np
+    from simreal_ros.core.bridge.export import export_training
+    from simreal_ros.core.bridge.params import JointParams
+    names = ['left_knee_joint', 'left_ankle_roll_joint']
+    p = JointParams(names, damping=np.array([0.61, 0.2]), frictionloss=np.array([0.9, 0.31]),
+                    armature=np.array([0.035, 0.012]), latency_s=0.0063)
+    paths = export_training(str(tmp_path), 'g1.xml', p, 'g1_12dof', kp=[150.0, 40.0],
+                            kd=[4.0, 2.0], dt=0.005)
+    isaac = open(paths['isaaclab']).read()
+    tree = ast.parse(isaac)
+    calls = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == 'DelayedPDActuatorCfg':
+            kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            calls[kw['joint_names_expr'][0]] = kw
+    knee = calls['^left_knee_joint$']
+    assert (knee['armature'], knee['friction'], knee['viscous_friction']) == (0.035, 0.9, 0.61)
+    assert (knee['stiffness'], knee['damping']) == (150.0, 4.0)    # PD gains, not friction
+    assert (knee['min_delay'], knee['max_delay']) == (1, 2)         # 6.3 ms at 5 ms steps
+    assert 'N*m*s/rad' in isaac and 'Isaac Sim 4.5' in isaac
+    gym = {}
+    exec(compile(open(paths['legged_gym']).read(), 'legged_gym_params.py', 'exec'), gym)
+    assert gym['DOF_FRICTION'] == {'left_knee_joint': 0.9, 'left_ankle_roll_joint': 0.31}
+    assert gym['DOF_DAMPING']['left_ankle_roll_joint'] == 0.2
+    assert gym['DOF_ARMATURE']['left_knee_joint'] == 0.035
+    assert gym['ACTION_DELAY_PHYSICS_STEPS'] == 1 and gym['ACTION_DELAY_S'] == 0.0063

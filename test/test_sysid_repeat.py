@@ -124,3 +124,30 @@ def test_a_joint_that_really_does_not_move_still_fails(tmp_path, nominal, sim):
     # Blocked by dry friction above what the torque limit lets the servo apply: no motion.
     assert [f['reason'] for f in session.failures] in (['joint did not move'], ['saturated'])
     assert session.repeats == [] and session.results == []
+
+
+def test_a_plant_outside_the_model_is_reported_as_misfit_with_the_joint(nominal, sim):
+    """Stribeck friction (extra torque at low speed) bends the Coulomb + viscous line: the
+    fit says so, names the joint, and widens its interval to cover the truth; a plant inside
+    the model is not flagged."""
+    from dataclasses import replace
+    from simreal_ros.core.sysid import design_for, estimate_friction
+    from simreal_ros.core.sysid.records import result_documents
+    from simreal_ros.core.sysid.runner import record
+    tr = truth(sim)
+    s = short('friction', friction_speeds=(0.2, 0.4, 0.8, 1.2))
+    exp = design_for('friction', 'shoulder_pitch', s, nominal, np.zeros(3))
+    rec = record(make_plant(sim, tr), exp)
+    clean = estimate_friction(rec, exp, nominal, s.torque_limit[1])
+    assert not clean.notes['misfit']['flagged'] and clean.notes['misfit']['ratio'] < 2
+    assert not any('model_misfit' in d for d in result_documents('arm3', clean, 'x.mcap'))
+    v = rec.velocity[:, 1]
+    bent = replace(rec, effort=rec.effort.copy())
+    bent.effort[:, 1] += 0.3 * np.exp(-(v / 0.3)**2) * np.sign(v)   # a Stribeck hump
+    fit = estimate_friction(bent, exp, nominal, s.torque_limit[1])
+    assert fit.notes['misfit']['flagged'] and fit.notes['misfit']['ratio'] > 4
+    fc = fit.estimates['coulomb_friction']
+    assert abs(fc.value - tr.coulomb_friction[1]) > 0.2 * tr.coulomb_friction[1]   # biased
+    assert fc.covers(tr.coulomb_friction[1])          # ... and says how little it is worth
+    docs = result_documents('arm3', fit, 'x.mcap')
+    assert all('shoulder_pitch' in d['model_misfit'] for d in docs)
