@@ -72,3 +72,25 @@ def test_training_exports_carry_every_joint_value_and_the_delay_in_steps(tmp_pat
     assert gym['DOF_DAMPING']['left_ankle_roll_joint'] == 0.2
     assert gym['DOF_ARMATURE']['left_knee_joint'] == 0.035
     assert gym['ACTION_DELAY_PHYSICS_STEPS'] == 1 and gym['ACTION_DELAY_S'] == 0.0063
+
+
+def test_the_g1_hangs_on_a_fixed_base_feeling_gravity_and_touching_nothing():
+    """fixed_base_model: the base neither falls nor moves, no body touches the hanging legs
+    (a jointless base would collide with its children), and a limp leg swings down under
+    gravity (SimPlant.hang resets a free base each step, so the legs felt none)."""
+    import numpy as np
+    from simreal_ros.core.config import load_node_params, resolve_path
+    from simreal_ros.core.plant import SimPlant
+    sim = load_node_params(G1, 'sim_robot')
+    model = resolve_path(sim['model_path'], 'model_path')
+    names = list(sim['joint_names'])
+    plant = SimPlant(model, names, 0.002, [0.0] * 12, [0.0] * 12, fixed_base_lift=0.3)
+    assert not plant.floating_base
+    q = np.array([-0.6, 0.0, 0.0, 0.6, -0.2, 0.0, -0.1, 0.0, 0.0, 0.6, -0.2, 0.0])
+    plant.data.qpos[plant.qadr] = q
+    import mujoco
+    mujoco.mj_forward(plant.model, plant.data)
+    assert plant.data.ncon == 0, 'the hanging legs touch something'
+    plant.step(150)                           # 0.3 s limp (no command: damped by kd = 0)
+    moved = plant.measure(with_noise=False).position - q
+    assert moved[0] > 0.1, moved              # the raised left thigh falls back under gravity

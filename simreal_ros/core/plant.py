@@ -163,6 +163,10 @@ def fixed_base_model(model_path, lift=0.3):
     body = free[0].parent
     spec.delete(free[0])
     body.pos = [body.pos[0], body.pos[1], body.pos[2] + float(lift)]
+    # A base without joints is part of the world, whose children MuJoCo does not spare from
+    # contact with it (filterparent skips the world): exclude base-child contacts as before.
+    for child in body.bodies:
+        spec.add_exclude(bodyname1=body.name, bodyname2=child.name)
     try:
         return spec.compile()
     except Exception as exc:  # noqa: BLE001 - mujoco raises ValueError with its text
