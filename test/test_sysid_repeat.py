@@ -151,3 +151,38 @@ def test_a_plant_outside_the_model_is_reported_as_misfit_with_the_joint(nominal,
     assert fc.covers(tr.coulomb_friction[1])          # ... and says how little it is worth
     docs = result_documents('arm3', fit, 'x.mcap')
     assert all('shoulder_pitch' in d['model_misfit'] for d in docs)
+
+
+def test_the_node_reports_a_supervisor_hold_and_its_own_late_commands():
+    """What the node passes to the session: a forwarding -> safe change or a new stale spell
+    of the SysID input in safety/state (held: the repeat starts from the measured pose); a
+    state that stays safe is not reported twice. (The node's adapter, without DDS.)"""
+    import json
+    from types import SimpleNamespace
+    from std_msgs.msg import String
+    from simreal_ros.nodes.sysid_experiment import SysidNode
+
+    class Session:
+        def __init__(self):
+            self.calls = []
+
+        def disturbed(self, since, cause, held=False):
+            self.calls.append((since, cause, held))
+
+    clock = {'now': 10.0}
+    fake = SimpleNamespace(supervisor=None, session=Session(), _supervisor_seen=None,
+                           _now=lambda: clock['now'], p={'supervisor_state_topic': 'x'},
+                           get_logger=lambda: None)
+
+    def state(output, trips, reason=''):
+        return String(data=json.dumps({'output': output, 'safe_reason': reason,
+                                       'inputs': {'sysid': {'watchdog_trips': trips}}}))
+    for t, msg in ((10.0, state('forwarding', 0)), (10.1, state('forwarding', 0)),
+                   (10.2, state('safe', 1, 'sysid stale: 80 ms')), (10.3, state('safe', 1)),
+                   (10.4, state('forwarding', 1)), (10.5, state('forwarding', 2))):
+        clock['now'] = t
+        SysidNode._on_supervisor(fake, msg)
+    calls = fake.session.calls
+    assert [round(c[0], 3) for c in calls] == [10.1, 10.4], calls   # since the last good state
+    assert all(c[2] for c in calls)
+    assert 'sysid stale: 80 ms' in calls[0][1]
