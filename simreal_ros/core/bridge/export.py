@@ -131,7 +131,7 @@ def centre_errors(dr_doc, params):
     return max(worst, abs(0.5 * (lo + hi) - params.latency_s))
 
 
-ISAACLAB_HEADER = """# {robot}: identified actuator parameters as an Isaac Lab actuator configuration.
+ISAACLAB_HEADER = """# {robot}: identified actuator parameters, an Isaac Lab actuator config.
 # Written by simreal_ros sim_bridge from {model}. Conventions (Isaac Lab >= 2.1 on Isaac
 # Sim >= 5.0, where joint friction is an effort):
 #   armature          kg*m^2     reflected rotor inertia added to the joint (MuJoCo armature)
@@ -151,7 +151,7 @@ from isaaclab.actuators import DelayedPDActuatorCfg
 
 """
 
-LEGGED_GYM_HEADER = """# {robot}: identified actuator parameters, legged_gym style (Isaac Gym, PhysX).
+LEGGED_GYM_HEADER = """# {robot}: identified actuator parameters, legged_gym style (Isaac Gym).
 # Written by simreal_ros sim_bridge from {model}. Conventions:
 #   DOF_ARMATURE   kg*m^2     per DOF, into dof_props['armature'] (LeggedRobot._process_dof_props)
 #   DOF_FRICTION   N*m        Coulomb friction, into dof_props['friction'] (Isaac Gym's joint
