@@ -317,6 +317,9 @@ def rehearse(robot=ROBOT, vx=0.5, walk_s=20.0, rtf=0.25, log=print, **kwargs):
                                      + r.sim_output(8))
             summary['fell'] = bool(r.sim_state.get('fallen'))
         summary['rtf_achieved_sim'] = r.sim_state.get('rtf_achieved')
+        summary['simulator'] = {k: r.sim_state.get(k) for k in (
+            'sim_time', 'steps', 'unpaced_steps', 'lowcmd', 'lowstate_written', 'stalls',
+            'fill_crc')}
         trace = f'/tmp/simreal-rehearsal-{os.getpid()}-{time.time_ns()}.jsonl'
         with open(trace, 'w') as f:
             f.writelines(json.dumps(s) + '\n' for s in r.trace)
