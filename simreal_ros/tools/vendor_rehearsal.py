@@ -14,8 +14,9 @@ instead:
   when the computer cannot keep it) and publishes simulated time on `/clock` after every step,
   so a graph with `use_sim_time` follows the simulator, however slowly it runs;
 - holds the humanoid on the vendor's elastic band (the gantry) and lowers it on request:
-  `gantry/lower` (std_srvs/Trigger) lowers it until the feet carry `--ground-share` of its
-  weight and holds there ('grounded'); `gantry/release` takes the band off ('released');
+  `gantry/lower` (std_srvs/Trigger) lowers it until the ground carries `--ground-share` of its
+  weight and holds there ('grounded'); `gantry/release` pays out slack at the same speed until
+  the band carries under 5 % of the weight, then takes it off ('releasing', 'released');
 - publishes `vendor_sim/state` (std_msgs/String, JSON, 10 Hz): simulated time, base position,
   real-time factor achieved, LowCmd_ received, band state, fallen;
 - takes faults on `vendor_sim/fault` (std_msgs/String): `stall <seconds>` freezes the
@@ -169,6 +170,11 @@ class VendorSim:
                 self.band.length += self.lower_speed * self.dt
                 if self.ground >= self.ground_share * self.weight:
                     self.band_state = 'grounded'
+            elif self.band_state == 'releasing':   # slack given gradually, then off
+                self.band.length += self.lower_speed * self.dt
+                if self.tension <= 0.05 * self.weight:
+                    self.band.enable = False
+                    self.band_state = 'released'
         else:
             d.xfrc_applied[self.torso, :3] = 0.0
             self.tension = 0.0
@@ -199,11 +205,13 @@ class VendorSim:
         return True, f'band {self.band_state}'
 
     def release(self):
+        """Give slack at lower_speed until the band carries under 5 % of the weight, then
+        take it off (an operator pays out the hoist; a sudden release is a push)."""
         if self.band_state == 'off':
             return False, 'no band: started with --no-band'
-        self.band.enable = False
-        self.band_state = 'released'
-        return True, 'band released'
+        if self.band_state != 'released':
+            self.band_state = 'releasing'
+        return True, f'band {self.band_state}'
 
     def stall(self, seconds):
         """Freeze the simulator: no stepping, no LowState_, commands ignored (the vendor's
