@@ -50,7 +50,7 @@ class Rehearsal:
     """The vendor simulator and the graph as processes, an observer node in this process."""
 
     def __init__(self, robot=ROBOT, rtf=0.25, domain=None, fill_crc=False, band=True,
-                 sim_args=(), node_params=None, log=print):
+                 sim_args=(), node_params=None, log=print, graph=GRAPH):
         self.robot = Path(robot)
         self.domain = vendor_domain() if domain is None else int(domain)
         self.rtf = rtf
@@ -69,7 +69,7 @@ class Rehearsal:
         self.procs = {}
         params = {'use_sim_time': True}
         extra = node_params or {}
-        for name in GRAPH:
+        for name in graph:
             p = dict(params, **extra.get(name, {}))
             if name == 'unitree_bridge':
                 p['unitree.domain_id'] = self.domain

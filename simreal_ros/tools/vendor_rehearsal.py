@@ -15,7 +15,7 @@ instead:
   so a graph with `use_sim_time` follows the simulator, however slowly it runs;
 - holds the humanoid on the vendor's elastic band (the gantry) and lowers it on request:
   `gantry/lower` (std_srvs/Trigger) lowers it until the ground carries `--ground-share` of its
-  weight and holds there ('grounded'); `gantry/release` pays out slack at the same speed until
+  weight and holds there ('grounded'); `gantry/release` pays out slack (`--release-speed`) until
   the band carries under 5 % of the weight, then takes it off ('releasing', 'released');
 - publishes `vendor_sim/state` (std_msgs/String, JSON, 10 Hz): simulated time, base position,
   real-time factor achieved, LowCmd_ received, band state, fallen;
@@ -103,7 +103,8 @@ class VendorSim:
     """The vendor's bridge and MuJoCo, stepped here at a fixed real-time factor."""
 
     def __init__(self, scene, domain, interface='lo', rtf=0.25, dt=0.001, band=True,
-                 band_length=0.4, lower_speed=0.2, ground_share=0.5, vendor_dir=VENDOR,
+                 band_length=0.4, lower_speed=0.2, ground_share=0.5, release_speed=1.0,
+                 vendor_dir=VENDOR,
                  robot='g1', fill_crc=False, state_period=0.005, pace=True, max_wait=0.1):
         import mujoco
         self.mujoco = mujoco
@@ -138,6 +139,7 @@ class VendorSim:
         self.torso = self.model.body('torso_link').id
         self.weight = float(mujoco.mj_getTotalmass(self.model)) * 9.81
         self.lower_speed, self.ground_share = float(lower_speed), float(ground_share)
+        self.release_speed = float(release_speed)
         self.tension = 0.0
         self._force = np.zeros(6)
         self.ground = 0.0
@@ -171,7 +173,7 @@ class VendorSim:
                 if self.ground >= self.ground_share * self.weight:
                     self.band_state = 'grounded'
             elif self.band_state == 'releasing':   # slack given gradually, then off
-                self.band.length += self.lower_speed * self.dt
+                self.band.length += self.release_speed * self.dt
                 if self.tension <= 0.05 * self.weight:
                     self.band.enable = False
                     self.band_state = 'released'
@@ -321,6 +323,9 @@ def main(argv=None):
                         "the G1's feet about 0.1 m above the ground)")
     parser.add_argument('--lower-speed', type=float, default=0.2, help='gantry/lower speed '
                         '(m/s of simulated time)')
+    parser.add_argument('--release-speed', type=float, default=1.0, help='gantry/release '
+                        'pays out slack at this speed (m/s of simulated time; 0.2 let the '
+                        'standing robot fall while the band still pulled, in one run)')
     parser.add_argument('--ground-share', type=float, default=0.5, help='gantry/lower stops '
                         'when the ground carries this share of the weight (contact forces)')
     parser.add_argument('--fill-crc', action='store_true', help='stamp the CRC on every '
@@ -332,7 +337,8 @@ def main(argv=None):
     os.environ.setdefault('SDL_AUDIODRIVER', 'dummy')
     sim = VendorSim(args.scene, args.domain, args.interface, args.rtf, args.dt,
                     not args.no_band, args.band_length, args.lower_speed, args.ground_share,
-                    args.vendor, fill_crc=args.fill_crc, state_period=args.state_period,
+                    release_speed=args.release_speed,
+                    vendor_dir=args.vendor, fill_crc=args.fill_crc, state_period=args.state_period,
                     pace=not args.no_pace, max_wait=args.max_wait)
 
     import rclpy
