@@ -3,7 +3,8 @@
 policy_runner: the gantry sequence, then a walk; runs repeated.
 
     .venv/bin/python bench/vendor_rehearsal.py                 # 3 runs, 20 s at 0.5 m/s
-    .venv/bin/python bench/vendor_rehearsal.py --runs 1 --robot config/robots/g1_12dof.yaml
+    .venv/bin/python bench/vendor_rehearsal.py --runs 1 --simulator-peer \
+        --robot config/robots/g1_12dof.yaml     # unitree's 12-dof policy, waist and arms held
 
 Each run is simreal_ros.client.rehearsal.rehearse(): the vendor simulator
 (simreal_ros/tools/vendor_rehearsal.py, headless, /clock at a fixed real-time factor, paced by
@@ -34,7 +35,13 @@ def main(argv=None):
     parser.add_argument('--rtf', type=float, default=0.1, help='target real-time factor')
     parser.add_argument('--domain', type=int, default=None,
                         help='robot-side CycloneDDS domain (default ROS_DOMAIN_ID + 100)')
+    parser.add_argument('--simulator-peer', action='store_true', help='override a robot file '
+                        "written for the robot (e.g. g1_12dof.yaml): unitree.peer simulator, "
+                        'network_interface lo, LowCmd_ at 250 Hz')
     args = parser.parse_args(argv)
+    node_params = ({'unitree_bridge': {'unitree.peer': 'simulator', 'rate_hz': 250.0,
+                                       'unitree.network_interface': 'lo'}}
+                   if args.simulator_peer else None)
     vendor = REPO.parent / 'shared' / 'vendor' / 'unitree_mujoco_simulate_python'
     if not vendor.is_dir():
         print(json.dumps({'skipped': f'the vendor simulator is not at {vendor}'}))
@@ -48,6 +55,7 @@ def main(argv=None):
         try:
             for i in range(args.runs):
                 out = rehearse(args.robot, args.vx, args.walk_s, args.rtf, domain=args.domain,
+                               node_params=node_params,
                                log=lambda text: print(f'run {i + 1}: {text}', flush=True))
                 print(json.dumps(out), flush=True)
                 runs.append(out)

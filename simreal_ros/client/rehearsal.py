@@ -262,7 +262,7 @@ class Rehearsal:
         return {'distance_m': round(((b1[0] - b0[0]) ** 2 + (b1[1] - b0[1]) ** 2) ** 0.5, 3),
                 'forward_m': round(b1[0] - b0[0], 3), 'sim_s': round(self.sim_time() - t0, 3),
                 'wall_s': round(wall, 2), 'fell': bool(state.get('fallen')),
-                'fell_after_sim_s': fallen_at, 'min_base_z': None,
+                'fell_after_sim_s': fallen_at,
                 'rtf_achieved': round((self.sim_time() - t0) / max(wall, 1e-9), 3),
                 'lowcmd_rate_hz': round((int(state.get('lowcmd') or 0) - cmd0)
                                         / max(wall, 1e-9), 1)}

@@ -240,8 +240,8 @@ class VendorSim:
 
     def state(self):
         d = self.data
-        return {'tilt_deg': round(self.tilt_deg(), 1), 'sim_time': round(self.sim_time(), 4), 'base': [round(float(v), 4)
-                                                            for v in d.qpos[:3]],
+        return {'tilt_deg': round(self.tilt_deg(), 1), 'sim_time': round(self.sim_time(), 4),
+                'base': [round(float(v), 4) for v in d.qpos[:3]],
                 'rtf_target': self.rtf, 'rtf_achieved': self.rtf_achieved,
                 'lowcmd': self.lowcmd, 'lowstate_written': self.states.written,
                 'band': self.band_state, 'band_length': round(float(self.band.length), 3),
