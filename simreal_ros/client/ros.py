@@ -216,13 +216,12 @@ def go_default(ros, wait=True, timeout=None, progress=None):
         time.sleep(0.1)   # polling the latched state, bounded by the limit
 
 
-PARAM_TYPES = {1: 'bool', 2: 'int', 3: 'double', 4: 'string', 5: 'bytes', 6: 'bool[]',
-               7: 'int[]', 8: 'double[]', 9: 'string[]'}
 
 
 def describe_parameters(ros, node):
     """Return [(name, type, value, description, range, read_only)] of a running node."""
     from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters
+    from simreal_ros.nodes.common import PARAM_TYPES
     names = sorted(ros.call(ListParameters, f'{node}/list_parameters',
                             ListParameters.Request(), node).result.names)
     desc = ros.call(DescribeParameters, f'{node}/describe_parameters',

@@ -13,6 +13,10 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityP
 
 from simreal_ros.core.config import ConfigError
 
+# rcl_interfaces ParameterType values by name, for the tables people read.
+PARAM_TYPES = {1: 'bool', 2: 'int', 3: 'double', 4: 'string', 5: 'bytes', 6: 'bool[]',
+               7: 'int[]', 8: 'double[]', 9: 'string[]'}
+
 # Sensor streams are best-effort keep-last both ways: a slow reliable reader must never be able
 # to stall a publisher (a reliable joint_states writer blocked sim_robot's physics loop in a
 # test). Tools with default QoS (rviz displays) must be set to best-effort for these topics.

@@ -126,7 +126,7 @@ def declared_parameters(node):
     A parameter declared with a type but no value has the value None and its declared type.
     """
     from rclpy.exceptions import ParameterUninitializedException
-    from simreal_ros.client.ros import PARAM_TYPES
+    from simreal_ros.nodes.common import PARAM_TYPES
     names = sorted(node.get_parameters_by_prefix(''))   # list_parameters is Jazzy and later
     rows = {}
     for name, descriptor in zip(names, node.describe_parameters(names)):
