@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
 CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
 sys.path.insert(0, str(REPO / 'test'))
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 NODES = ('sim_robot', 'safety_supervisor', 'policy_runner')
 WALK_VX = 0.5    # the reference trace's command (m/s)
 FALL_Z = 0.5     # base height below which the G1 has fallen (m)

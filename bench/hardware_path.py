@@ -35,7 +35,8 @@ import time
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 WALK_VX = 0.5
 FALL_Z = 0.5
 BAD_CRC_SENDS = 100   # corrupted LowCmd_ over 0.2 s (every motor limp): ignored, or a fall

@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
 CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
 sys.path.insert(0, str(REPO / 'scripts'))
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 
 # The far end of the floor measurement: receives pings, reports receive - stamp (ms).
 ECHO = r'''

@@ -106,7 +106,8 @@ def main():
                     'of the true plant, without ROS')
     ap.add_argument('--out', default='')
     args = ap.parse_args()
-    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+    localhost_discovery()   # and ROS_LOCALHOST_ONLY=1 on Humble
     os.environ.setdefault('ROS_DOMAIN_ID', '157')
 
     import rclpy

@@ -34,7 +34,6 @@ its distance and fall fields are null. The last line printed is a JSON summary.
 """
 import argparse
 import json
-import os
 from pathlib import Path
 import sys
 import tempfile
@@ -43,7 +42,8 @@ import time
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_NODE = 'sim2sim_bench'   # this process's node (it publishes the hold)
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 
 
 def write_overlay(folder, sections):

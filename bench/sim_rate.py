@@ -16,7 +16,8 @@ import random
 import threading
 import time
 
-os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery()   # and ROS_LOCALHOST_ONLY=1 on Humble
 os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(101, 120)))
 
 import numpy as np  # noqa: E402

@@ -10,6 +10,12 @@ limits used, and the same errors for the seed baselines on the same data.
     .venv/bin/python bench/sysid_accuracy.py --seeds 20
     .venv/bin/python bench/sysid_accuracy.py --robot config/robots/arm3.yaml --truth my_plant.yaml
 
+A floating-base robot (the G1) is identified hanging in its gantry: the base is lifted
+`--gantry-lift` m (feet clear of the floor) and held (SimPlant.hang), gravity and the hanging
+leg's coupling from its own MJCF; its latency is drawn U(2, 10) ms.
+
+    .venv/bin/python bench/sysid_accuracy.py --robot g1_12dof --seeds 3
+
 --truth takes a YAML mapping in the format of the config's `sim_robot.plant` section (or a file
 with that section). The last line printed is a JSON summary.
 """
@@ -26,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simreal_ros.core.config import (ConfigError, load_node_params,  # noqa: E402
                                      resolve_path, robot_config_path)
-from simreal_ros.core.plant import PlantTruth, SimPlant  # noqa: E402
+from simreal_ros.core.plant import PlantTruth, SimPlant, load_model  # noqa: E402
 from simreal_ros.core.sysid import KINDS, NominalModel  # noqa: E402
 from simreal_ros.core.sysid.design import load_settings  # noqa: E402
 from simreal_ros.core.sysid.runner import identify_joint  # noqa: E402
@@ -34,6 +40,11 @@ from simreal_ros.core.sysid.runner import identify_joint  # noqa: E402
 PARAMS = {'coulomb_friction': ('friction', 0.02), 'viscous_damping': ('friction', 0.05),
           'armature': ('inertia', 0.05), 'effective_inertia': ('inertia', 0.05)}
 LATENCY_RMS_TARGET = 0.5e-3
+# The project's goals (issue 33): a fixed-base arm 1 / 3 / 3 % and 0.2 ms; a humanoid's legs
+# in their gantry 2 / 5 / 5 % and 0.5 ms (the PARAMS targets above).
+ARM_TARGETS = {'coulomb_friction': 0.01, 'viscous_damping': 0.03, 'armature': 0.03,
+               'effective_inertia': 0.03}
+ARM_LATENCY_RMS_TARGET = 0.2e-3
 
 
 def plant_section(config):
@@ -42,14 +53,20 @@ def plant_section(config):
     return params, plant
 
 
-def draw_truth(base, rng):
+def draw_truth(base, rng, latency=(0.002, 0.040)):
     n = len(base.coulomb_friction)
     out = PlantTruth.from_mapping(base.to_mapping(), n)
     out.coulomb_friction = base.coulomb_friction * rng.uniform(0.7, 1.3, n)
     out.viscous_damping = base.viscous_damping * rng.uniform(0.7, 1.3, n)
     out.armature = base.armature * rng.uniform(0.7, 1.3, n)
-    out.latency_s = float(rng.uniform(0.002, 0.040))
+    out.latency_s = float(rng.uniform(*latency))
     return out
+
+
+def is_floating(model):
+    import mujoco
+    m = load_model(model)
+    return bool(np.any(m.jnt_type == mujoco.mjtJoint.mjJNT_FREE))
 
 
 def p95(values):
@@ -64,6 +81,8 @@ def main(argv=None):
     ap.add_argument('--seeds', type=int, default=10)
     ap.add_argument('--first-seed', type=int, default=1000)
     ap.add_argument('--joints', nargs='*', default=None, help='joints (default: all)')
+    ap.add_argument('--gantry-lift', type=float, default=0.3, help='floating base: lift (m) '
+                    'before the base is held')
     args = ap.parse_args(argv)
     try:
         config = robot_config_path(args.robot)
@@ -78,6 +97,7 @@ def main(argv=None):
         return 2
     joints = args.joints or names
     nominal = NominalModel(model, names)
+    gantry = is_floating(model)
     errors = {p: [] for p in PARAMS}
     base_errors = {p: [] for p in PARAMS}
     covered = {p: [] for p in list(PARAMS) + ['latency']}
@@ -87,9 +107,11 @@ def main(argv=None):
     for s in range(args.seeds):
         seed = args.first_seed + s
         rng = np.random.default_rng(seed)
-        truth = base if args.truth else draw_truth(base, rng)
+        truth = base if args.truth else draw_truth(base, rng, (0.002, 0.010) if gantry
+                                                   else (0.002, 0.040))
         plant = SimPlant(model, names, float(sim.get('physics_dt', 0.001)), sim['kp'], sim['kd'],
-                         truth=truth, seed=seed, initial_position=sim.get('initial_position'))
+                         truth=truth, seed=seed, initial_position=sim.get('initial_position'),
+                         fixed_base_lift=args.gantry_lift if gantry else None)
         for joint in joints:
             i = names.index(joint)
             res = identify_joint(plant, settings, nominal, joint)
@@ -137,10 +159,13 @@ def main(argv=None):
                   f'{lat.value("latency") * 1e3 if lat else float("nan"):.2f} ms'
                   + (f'  FAILED {sorted(res.errors)}' if res.errors else ''), flush=True)
     summary = {'bench': 'sysid_accuracy', 'robot': str(config), 'seeds': args.seeds,
+               'gantry': bool(gantry),
                'joints': joints, 'truth': args.truth or 'drawn around the config plant',
                'samples_per_parameter': len(lat_err), 'parameters': {}, 'failures': len(failures),
                'wall_s': round(time.monotonic() - wall, 1)}
+    lat_target = LATENCY_RMS_TARGET if gantry else ARM_LATENCY_RMS_TARGET
     for p, (_, target) in PARAMS.items():
+        target = target if gantry else ARM_TARGETS[p]
         est_p95 = p95(errors[p])
         base_p95 = p95(base_errors[p])
         summary['parameters'][p] = {
@@ -157,11 +182,11 @@ def main(argv=None):
         'rms_error_ms': round(rms * 1e3, 4), 'max_abs_error_ms': round(max(map(abs, finite),
                                                                            default=math.nan)
                                                                        * 1e3, 4),
-        'target_rms_ms': LATENCY_RMS_TARGET * 1e3,
+        'target_rms_ms': lat_target * 1e3,
         'coverage_95': round(float(np.mean(covered['latency'])), 3),
         'baseline_rms_error_ms': round(base_rms * 1e3, 3),
         'improvement_over_baseline': round(base_rms / rms, 1) if rms > 0 else None,
-        'pass': bool(rms <= LATENCY_RMS_TARGET and len(finite) == len(lat_err))}
+        'pass': bool(rms <= lat_target and len(finite) == len(lat_err))}
     coverage = min(v['coverage_95'] for v in summary['parameters'].values())
     summary['coverage_min'] = coverage
     summary['robot_time_per_joint_s'] = round(max(robot_time), 2)

@@ -42,7 +42,8 @@ def main():
                         help='joints to identify (default: the robot file\'s `joints`)')
     parser.add_argument('--out', default='', help='results folder (default: a temp folder)')
     args = parser.parse_args()
-    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+    localhost_discovery()   # and ROS_LOCALHOST_ONLY=1 on Humble
     os.environ.setdefault('ROS_DOMAIN_ID', '73')
 
     from sensor_msgs.msg import JointState

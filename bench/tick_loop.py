@@ -26,7 +26,8 @@ import time
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 BUSY = ('import sys, time\nend = time.monotonic() + float(sys.argv[1])\n'
         'while time.monotonic() < end:\n    pass\n')
 

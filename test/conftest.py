@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-# Before anything imports rclpy: machines are shared, so traffic stays on this host and in a
-# domain picked for this session (also inherited by every process a test starts).
-os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+# Before rclpy starts: machines are shared, so traffic stays on this host and in a domain
+# picked for this session (also inherited by every process a test starts). On every distro:
+# ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, and ROS_LOCALHOST_ONLY=1 on Humble (ROS_DISTRO).
+from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
+localhost_discovery()
 
 
 def _claim_domain_id():

@@ -50,6 +50,7 @@ def test_sysid_stopped_by_an_interruption_is_run_once_more_but_a_result_stands(
         'friction_id': [{'ok': False, 'message': 'aborted: joint_states stale'},
                         {'ok': True, 'results': []}],
         'inertia_id': [{'ok': False, 'message': 'aborted: joint_states stale'},
+                       {'ok': False, 'message': 'aborted: joint_states stale'},
                        {'ok': False, 'message': 'aborted: joint_states stale'}],
         'latency_id': [{'ok': False, 'failures': [{'joint': 'elbow_pitch',
                                                    'reason': 'not enough excitation',
@@ -64,11 +65,13 @@ def test_sysid_stopped_by_an_interruption_is_run_once_more_but_a_result_stands(
     monkeypatch.setattr(sysid_client, 'run', fake_run)
     with pytest.raises(RuntimeError) as err:
         d._sysid_runs(['friction_id', 'inertia_id', 'latency_id'])
-    # Interrupted: once more (at most); a published failure is not re-rolled.
-    assert calls == ['friction_id', 'friction_id', 'inertia_id', 'inertia_id', 'latency_id']
+    # Interrupted: again, up to SYSID_ATTEMPTS in all; a published failure is not re-rolled.
+    assert demo_mod.SYSID_ATTEMPTS == 3
+    assert calls == ['friction_id', 'friction_id', 'inertia_id', 'inertia_id', 'inertia_id',
+                     'latency_id']
     assert ('friction_id ok; inertia_id failed (aborted: joint_states stale); latency_id '
             'failed (elbow_pitch: not enough excitation)') in str(err.value)
-    assert capsys.readouterr().out.count('retrying once') == 2
+    assert capsys.readouterr().out.count('retrying (attempt') == 3
 
 
 def test_the_demo_makes_the_arm3_swing_policy(tmp_path):

@@ -95,6 +95,20 @@ def test_stale_command_falls_back_to_damping():
     assert plant.measure(False).effort[0] == pytest.approx(0.0, abs=0.5)
 
 
+def test_a_joint_left_out_of_the_commands_is_damped_alone_after_the_timeout():
+    # docs/real_robot.md, driver rule 1: a stale per-joint target never stays in force.
+    plant, _ = arm_plant()
+    plant.command_timeout = 0.05
+    plant.submit(plant.make_command(NAMES, position=[0.0, 0.0, 0.6]))
+    plant.step(10)
+    for _ in range(100):          # the elbow is no longer named
+        plant.submit(plant.make_command(NAMES[:2], position=[0.0, 0.0]))
+        plant.step(10)
+    assert plant.timeouts == 1 and not plant.damped
+    active = plant._active
+    assert np.isnan(active.position[2]) and np.isfinite(active.position[:2]).all()
+
+
 @pytest.mark.parametrize('kwargs, message', [
     (dict(names=['nope']), 'unknown joint name'),
     (dict(names=['shoulder_yaw'], position=[0.1, 0.2]), 'position has 2 values for 1 names'),

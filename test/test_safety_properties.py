@@ -247,6 +247,12 @@ def supervisor_sequence(events):
     sup = Supervisor(supervisor_config(), 0.0)
     t = 1.0
     changed = np.full(len(SUP_NAMES), np.nan)   # when each forwarded target last moved
+    # ... and where it then stood on the source's clock (commands are stamped as they arrive:
+    # a command's stamp is its arrival time, the clock runs on from there), whether it was
+    # short of its command, and when each source's latest command was taken.
+    changed_src = np.full(len(SUP_NAMES), np.nan)
+    lagging = np.zeros(len(SUP_NAMES), dtype=bool)
+    taken = {}
     expanded = []
     for ev in events:
         if ev[0] == 'cycle':
@@ -277,8 +283,9 @@ def supervisor_sequence(events):
                 assert np.all(np.abs(sup.dq) <= lim.velocity_limit * c.state_velocity_factor)
         elif ev[0] == 'command':
             _, source, names, pos, vel, eff = ev
-            sup.on_command(source, list(names)[:max(len(pos), len(vel), len(eff), 1)], pos, vel,
-                           eff, t, t)
+            if sup.on_command(source, list(names)[:max(len(pos), len(vel), len(eff), 1)], pos,
+                              vel, eff, t, t)[0]:
+                taken[source] = t
         elif ev[0] == 'request':
             {'estop': lambda: sup.estop('test', t), 'reset': lambda: sup.reset(t),
              'advance': lambda: sup.advance_stage(t),
@@ -299,6 +306,7 @@ def supervisor_sequence(events):
                 v = getattr(out, key)
                 assert v is None or np.all(np.isfinite(v)), f'non-finite {key} output'
             if out.safe:
+                changed_src[:], lagging[:] = np.nan, False   # targets forgotten
                 assert out.position is None or sup.cfg.safe_mode == 'hold'
                 STATS['sup_safe'] += 1
                 continue
@@ -307,11 +315,14 @@ def supervisor_sequence(events):
             # the state and stage of this tick; the stage may only have dropped meanwhile.
             assert mode != 'policy' or sup.stage.scale <= scale or sup.cfg.auto_advance
             assert not sup.latched
-            # The rate limit's time, modelled here: since the target last moved, capped by the
-            # source's timeout; with no previous target (measured from the measured position)
-            # that cap.
+            # The rate limit's time, modelled here: on the source's clock since the target last
+            # moved (the command's stamp for a target that had reached its previous command,
+            # the stamp's clock run on to now for one catching up), capped by the source's
+            # timeout; with no previous target (measured from the measured position) that cap.
             cap = sup.cfg.timeouts[mode]
-            dt = np.where(np.isfinite(prev), np.minimum(np.maximum(t - changed, 0.0), cap), cap)
+            at = np.where(lagging, t, taken[mode])
+            since = np.where(np.isfinite(changed_src), at - changed_src, t - changed)
+            dt = np.where(np.isfinite(prev), np.minimum(np.maximum(since, 0.0), cap), cap)
             limits = sup.limits[mode]
             from simreal_ros.core.safety import Command
             got = Command(np.array([SUP_NAMES.index(n) for n in out.names]), out.position,
@@ -322,6 +333,10 @@ def supervisor_sequence(events):
             if got.position is not None:
                 moved = ~(prev[got.index] == got.position)
                 changed[got.index[moved]] = t
+                reached = got.position == cmd.position
+                now_at = np.where(lagging | ~reached, t, taken[mode])
+                changed_src[got.index[moved]] = now_at[moved]
+                lagging[got.index] = ~reached
 
 
 def test_supervisor_output_respects_the_stage_limits_for_any_event_sequence():

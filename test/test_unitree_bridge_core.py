@@ -230,3 +230,75 @@ def test_unitree_go_commands_keep_the_vendors_stop_markers_on_unused_motors():
     assert cause == 'commanded' and unitree.crc_ok(out)
     assert out['motor_cmd']['q'][0] == pytest.approx(unitree.GO_POS_STOP)
     assert tuple(out['head']) == unitree.GO_HEAD
+
+
+# -- who is on the other side (unitree.peer) and where to find it (issue 31) ---------------
+def vendor_state():
+    """A LowState_ as the vendor's simulator publishes it: crc, mode_machine and tick 0."""
+    rec = state(mode_machine=0)
+    rec['crc'] = 0
+    return rec
+
+
+def test_a_robots_lowstate_without_a_crc_is_rejected_and_the_cause_names_the_peer_setting():
+    core = BridgeCore(config())
+    assert core.take_state(vendor_state(), 1.0) is None
+    assert core.state is None and core.counters['lowstate_bad_crc'] == 1
+    out, cause = core.compose(1.0)
+    assert out is None and 'unitree.peer' in cause and '1 rejected' in cause
+
+
+def test_a_simulator_peers_zero_crc_is_accepted_and_counted():
+    core = BridgeCore(config(peer='simulator'))
+    core.take_state(vendor_state(), 1.0)
+    core.take_state(vendor_state(), 1.001)
+    assert core.state is not None and core.counters['lowstate'] == 2
+    assert core.counters['lowstate_crc_unset'] == 2
+    assert core.counters['lowstate_mode_machine_unset'] == 2
+    assert core.counters['lowstate_tick_unset'] == 1      # the second did not advance
+    core.beat(1.001)
+    core.command(NAMES, [0.5, -0.5, 0.25], (), (), 1.001)
+    out, cause = core.compose(1.002)
+    assert cause == 'commanded' and unitree.crc_ok(out)
+
+
+def test_a_simulator_that_fills_crcs_is_checked_as_a_robot():
+    core = BridgeCore(config(peer='simulator'))
+    bad = state()
+    bad['crc'] ^= 1
+    core.take_state(bad, 1.0)
+    assert core.state is None and core.counters['lowstate_bad_crc'] == 1
+    assert core.counters['lowstate_crc_unset'] == 0
+    assert 'non-zero crc' in core.compose(1.0)[1]
+
+
+def test_an_unknown_peer_is_refused():
+    with pytest.raises(ConfigError, match='unitree.peer'):
+        BridgeCore(config(peer='sim'))
+
+
+def test_wire_settings_name_what_to_check():
+    from simreal_ros.core.unitree_bridge import WireSettings
+    with pytest.raises(ConfigError, match='unitree.peers'):
+        WireSettings(network_interface='eth0', multicast=False).validate()
+    with pytest.raises(ConfigError, match='unitree.network_interface'):
+        WireSettings(network_interface='eth0"/><x').validate()
+    lo = WireSettings(domain_id=182, network_interface='lo').validate()
+    assert lo.effective_peers() == ['127.0.0.1']
+    assert lo.describe() == 'DDS domain 182 on lo, multicast on, peers 127.0.0.1'
+    advice = lo.no_writer_advice(3.0)
+    for setting in ('unitree.domain_id', 'unitree.network_interface', 'unitree.multicast',
+                    'unitree.peers'):
+        assert setting in advice
+    robot = WireSettings(network_interface='enp3s0', peers=['192.168.123.161']).validate()
+    assert robot.effective_peers() == ['192.168.123.161']
+
+
+def test_multicast_on_loopback_is_switched_on_explicitly():
+    pytest.importorskip('cyclonedds')
+    from simreal_ros.drivers.unitree_dds import cyclone_config
+    on = cyclone_config('lo', True, ['127.0.0.1'])
+    assert 'multicast="true"' in on and '<AllowMulticast>true' in on
+    assert '<Peer address="127.0.0.1"/>' in on
+    off = cyclone_config('lo', False, ['127.0.0.1'])
+    assert 'multicast="false"' in off and '<AllowMulticast>false' in off

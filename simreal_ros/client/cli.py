@@ -8,6 +8,7 @@
     simreal stage next
     simreal enable | disable           # policy_runner on/off
     simreal sysid friction|inertia|latency|all [--joints a b]
+    simreal sysid plan --robot g1_12dof [--json]   # the schedule and robot time, no motion
     simreal gap [--live [--seconds N]]  # offline (sim_bridge/evaluate_gap) or the running gap
     simreal refine                     # sim_bridge/refine: all joints together, waits
     simreal export
@@ -193,6 +194,44 @@ def cmd_sysid(args, ros):
     print(f'safety_supervisor: {message}' + ('; `simreal enable` starts the policy' if ok
                                              else ''))
     return code
+
+
+def cmd_sysid_plan(args, _ros=None):
+    """Print every SysID experiment the robot file would run (files only, no ROS, no motion):
+    per joint its range, speeds, torque, duration, and the total robot time; exit 1 when a
+    command would leave the SysID limits."""
+    import json
+    from simreal_ros.core.config import robot_config_path
+    from simreal_ros.core.sysid.design import plan
+    path = robot_config_path(args.robot)
+    result = plan(path, joints=args.joints)
+    bad = [r for r in result['experiments'] if r['violations']]
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f'SysID plan for {path} (each joint from hold_position, the others held there)')
+        print(f'{"experiment":<10} {"joint":<26} {"range (rad)":>17} {"speed":>13} '
+              f'{"torque (N*m)":>14} {"time":>7}')
+        for r in result['experiments']:
+            lo, hi = r['range_rad']
+            speeds = (' '.join(f'{v:g}' for v in r['speeds']) if r['speeds']
+                      else f'{r["peak_speed"]:.2f}')
+            print(f'{r["kind"]:<10} {r["joint"]:<26} {lo:>8.3f} {hi:>8.3f} '
+                  f'{r["peak_speed"]:>5.2f}/{r["velocity_limit"]:<5g}  '
+                  f'{r["peak_torque"]:>6.1f}/{r["torque_limit"]:<6g} {r["duration_s"]:>6.1f}s'
+                  + (f'  OUTSIDE: {"; ".join(r["violations"])}' if r['violations'] else ''))
+            if r['kind'] == 'friction':
+                print(f'{"":<37} sweeps at {speeds} rad/s, both directions')
+        minutes = result['total_s'] / 60.0
+        print(f'total robot time: {result["total_s"]:.0f} s ({minutes:.1f} min) for '
+              f'{len({r["joint"] for r in result["experiments"]})} joints; speed: peak/limit '
+              '(rad/s), torque: nominal rigid-link peak/limit (friction comes on top)')
+    if bad:
+        print(f'simreal sysid plan: {len(bad)} experiment(s) would command outside the SysID '
+              'limits: do not run them; fix the robot file (hold_position, sweep_half_range, '
+              'speeds)', file=sys.stderr)
+        return 1
+    return 0
 
 
 def _progress_bar(label, width=30):
@@ -475,8 +514,13 @@ def build_parser():
     sub.add_parser('enable', help='enable policy_runner')
     sub.add_parser('disable', help='disable policy_runner')
     p = sub.add_parser('sysid', help='run SysID experiments and print the results')
-    p.add_argument('kind', choices=SYSID_KINDS + ('all',))
+    p.add_argument('kind', choices=SYSID_KINDS + ('all', 'plan'),
+                   help='plan: print the schedule and robot time from the robot file (no '
+                   'motion, no ROS)')
     p.add_argument('--joints', nargs='+', default=None, help='joints to identify')
+    p.add_argument('--robot', default='arm3', help='with plan: robot file (config name or '
+                   'path)')
+    p.add_argument('--json', action='store_true', help='with plan: print JSON')
     p = sub.add_parser('monitor', help='publish rviz markers: stage, e-stop, limit usage')
     p.add_argument('--robot', default='arm3', help='robot config (for the limits)')
     p.add_argument('--duration', type=float, default=None, help='stop after this many s')
@@ -578,6 +622,8 @@ def main(argv=None):
         if args.verb == 'check':
             from simreal_ros.tools.check import main_check
             return main_check(args)
+        if args.verb == 'sysid' and args.kind == 'plan':
+            return cmd_sysid_plan(args)
         ros = Ros(args.namespace)
         try:
             return VERBS[args.verb](args, ros)

@@ -35,7 +35,10 @@ DEMO_DWELL_S = 1.5         # stage dwell for the demo (the robot files say 5 s)
 DEFAULT_DOMAIN = '71'
 
 
-RETRY_ON = ('e-stop', 'joint_states stale')   # SysID stops worth one more attempt
+RETRY_ON = ('e-stop', 'joint_states stale')   # SysID stops worth another attempt
+# Attempts per SysID node when an interruption (not a result) stopped it: a busy computer can
+# stall a process long enough for the supervisor's e-stop more than once in a row.
+SYSID_ATTEMPTS = 3
 
 
 class Skip(Exception):
@@ -212,7 +215,7 @@ class Demo:
         lines, ok = [], True
         for node in nodes:
             result = None
-            for attempt in (1, 2):
+            for attempt in range(1, SYSID_ATTEMPTS + 1):
                 self._reset_interruption(node)
                 result = sysid_client.run(self.ros, node, timeout=600,
                                           progress=_progress(self.say, node))
@@ -221,9 +224,11 @@ class Demo:
                 # of the e-stop it left latched (a SysID run never releases one). A result,
                 # good or failed, stands.
                 message = str(result.get('message', ''))
-                if attempt == 2 or result.get('ok') or not any(k in message for k in RETRY_ON):
+                if (attempt == SYSID_ATTEMPTS or result.get('ok')
+                        or not any(k in message for k in RETRY_ON)):
                     break
-                self.say(f'    {node}: {message}; retrying once')
+                self.say(f'    {node}: {message}; retrying (attempt {attempt + 1} of '
+                         f'{SYSID_ATTEMPTS})')
             self.facts['sysid'][node] = result
             ok &= bool(result.get('ok'))
             for line in sysid_client.format_result(result):
@@ -234,6 +239,9 @@ class Demo:
                 why = '; '.join(f'{f.get("joint")}: {f.get("reason")}'
                                 for f in result.get('failures') or [])
                 lines.append(f'{node} failed ({why or result.get("message", "no reason given")})')
+        # An interruption of the last attempt left an e-stop latched: reset it (said) so that
+        # the later steps are judged on their own, not on this step's interruption.
+        self._reset_interruption('the next step')
         missing = [n for n in ('friction_id', 'inertia_id', 'latency_id') if n not in nodes]
         if missing:
             lines.append(f'skipped: {", ".join(missing)} not available')
@@ -627,7 +635,8 @@ def main(argv=None):
                         '(for a loaded machine, e.g. 0.5)')
     parser.add_argument('--out', default='', help='results folder (default results/demo-<time>)')
     args = parser.parse_args(argv)
-    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    from simreal_ros.nodes.common import localhost_discovery
+    localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
     os.environ.setdefault('ROS_DOMAIN_ID', DEFAULT_DOMAIN)
     out = Path(args.out or Path('results') / f'demo-{datetime.now():%Y%m%d-%H%M%S}')
     out.mkdir(parents=True, exist_ok=True)

@@ -148,12 +148,41 @@ def load_model(model_path):
         raise ConfigError(f'cannot load MuJoCo model {model_path}: {exc}') from exc
 
 
+def fixed_base_model(model_path, lift=0.3):
+    """The MJCF with its floating base fixed `lift` m above its initial pose: a robot hanging
+    in a gantry (its base neither falls nor moves, its legs swing clear of the floor).
+
+    Unlike SimPlant.hang (which resets a free base after every step, so that within a step the
+    base falls with the legs and they feel no gravity), the legs here load the fixed base:
+    gravity and the leg's coupling act on the joints as on the hanging robot.
+    """
+    spec = mujoco.MjSpec.from_file(str(model_path))
+    free = [j for j in spec.joints if j.type == mujoco.mjtJoint.mjJNT_FREE]
+    if not free:
+        raise ConfigError(f'{model_path}: no free joint (the base is fixed already)')
+    body = free[0].parent
+    spec.delete(free[0])
+    body.pos = [body.pos[0], body.pos[1], body.pos[2] + float(lift)]
+    # A base without joints is part of the world, whose children MuJoCo does not spare from
+    # contact with it (filterparent skips the world): exclude base-child contacts as before.
+    for child in body.bodies:
+        spec.add_exclude(bodyname1=body.name, bodyname2=child.name)
+    try:
+        return spec.compile()
+    except Exception as exc:  # noqa: BLE001 - mujoco raises ValueError with its text
+        raise ConfigError(f'cannot fix the base of {model_path}: {exc}') from exc
+
+
 class SimPlant:
     """A MuJoCo robot with hidden true actuator parameters, stepped at `physics_dt`."""
 
     def __init__(self, model_path, joint_names, physics_dt, kp, kd, truth=None,
-                 command_mode='position', command_timeout=0.25, seed=0, initial_position=None):
-        self.model = load_model(model_path)
+                 command_mode='position', command_timeout=0.25, seed=0, initial_position=None,
+                 fixed_base_lift=None):
+        # fixed_base_lift: a floating-base robot hangs in its gantry, the base fixed this
+        # many metres above its initial pose (fixed_base_model).
+        self.model = (load_model(model_path) if fixed_base_lift is None
+                      else fixed_base_model(model_path, fixed_base_lift))
         self.model.opt.timestep = float(physics_dt)
         self.data = mujoco.MjData(self.model)
         self.names = list(joint_names)

@@ -18,6 +18,16 @@ The robot obeys the last command it heard, however old. So this side damps on it
   buttons reset the supervisor; the node asks the supervisor for the e-stop as well).
 Never the last target.
 
+What it accepts from the wire depends on who is on the other side (`peer`):
+- 'robot' (the default): every `LowState_` must carry its CRC; one that does not is counted
+  (`lowstate_bad_crc`) and not used.
+- 'simulator': the vendor's simulator (unitree_mujoco) fills neither `crc` nor `mode_machine`
+  nor `tick` (all 0). A state whose crc is 0 is accepted and counted (`lowstate_crc_unset`);
+  one with a non-zero crc that does not match is rejected as on a robot (a simulator that fills
+  CRCs is checked). `mode_machine` 0 and a `tick` that does not advance are counted
+  (`lowstate_mode_machine_unset`, `lowstate_tick_unset`). Never set it for a robot: a robot
+  whose CRC failed would be obeyed.
+
 Motors the policy does not drive (a 12-dof leg policy on a 29-motor G1: waist and arms) are
 held at configured positions and gains, and damped with the rest.
 """
@@ -28,6 +38,60 @@ import numpy as np
 from simreal_ros.core import unitree
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.commands import parse_joint_command
+
+
+PEERS = ('robot', 'simulator')
+
+
+@dataclass
+class WireSettings:
+    """The robot side's DDS: which domain, which interface, how peers are discovered."""
+
+    domain_id: int = 0
+    network_interface: str = ''
+    multicast: bool = True
+    peers: list = field(default_factory=list)
+    source: str = 'unitree_bridge parameters'
+
+    def validate(self):
+        """Raise ConfigError naming the setting when the robot side could never be found."""
+        src = self.source
+        if not 0 <= int(self.domain_id) <= 232:
+            raise ConfigError(f'{src}: unitree.domain_id {self.domain_id} is not in 0..232')
+        if self.network_interface and not all(
+                c.isalnum() or c in '-_.:@' for c in self.network_interface):
+            raise ConfigError(f'{src}: unitree.network_interface {self.network_interface!r} '
+                              'is not an interface name (e.g. eth0, enp3s0, lo)')
+        for peer in self.peers:
+            if not peer or any(c.isspace() or c in '<>"&' for c in peer):
+                raise ConfigError(f'{src}: unitree.peers has {peer!r}, not an address')
+        if not self.multicast and not self.peers:
+            raise ConfigError(f'{src}: unitree.multicast is false and unitree.peers is empty: '
+                              'nothing could be discovered; give the robot\'s address in '
+                              "unitree.peers (e.g. ['192.168.123.161']) or allow multicast")
+        return self
+
+    def effective_peers(self):
+        """The unicast peers used: on `lo` this machine's own address is always one."""
+        peers = list(self.peers)
+        if self.network_interface == 'lo' and '127.0.0.1' not in peers:
+            peers.append('127.0.0.1')
+        return peers
+
+    def describe(self):
+        """One line for logs and the status: what the bridge listens on."""
+        peers = self.effective_peers()
+        return (f'DDS domain {self.domain_id} on {self.network_interface or "(any interface)"}'
+                f', multicast {"on" if self.multicast else "off"}'
+                + (f', peers {", ".join(peers)}' if peers else ''))
+
+    def no_writer_advice(self, waited):
+        """What to check when no LowState_ writer has been matched after `waited` s."""
+        return (f'no LowState_ writer matched in {waited:.0f} s on {self.describe()}: check '
+                'unitree.domain_id (the robot\'s is 0), unitree.network_interface (the one '
+                'facing the robot: `ip -br addr`), unitree.multicast (the robot and the '
+                "vendor's simulator discover by multicast) and unitree.peers (the robot's "
+                'address where multicast is blocked)')
 
 
 @dataclass
@@ -49,6 +113,7 @@ class BridgeConfig:
     motor_mode: int = 1
     estop_buttons: tuple = ('select',)   # unitree_rl_gym deploy_real: select = stop, damp
     reset_buttons: tuple = ('start',)
+    peer: str = 'robot'
     source: str = 'unitree_bridge parameters'
 
     def validate(self):
@@ -102,6 +167,8 @@ class BridgeConfig:
         if self.estop_buttons and set(self.estop_buttons) == set(self.reset_buttons):
             raise ConfigError(f'{src}: remote.estop_buttons and remote.reset_buttons are the '
                               'same buttons')
+        if self.peer not in PEERS:
+            raise ConfigError(f'{src}: unitree.peer {self.peer!r} is not one of {PEERS}')
         if self.command_timeout <= 0 or self.state_timeout <= 0:
             raise ConfigError(f'{src}: command_timeout_s and state_timeout_s must be > 0')
         return self
@@ -150,7 +217,10 @@ class BridgeCore:
         self.m = _as_slice(self.motor)
         self.h = _as_slice(self.held)
         self.counters = dict(commands=0, commands_rejected=0, lowstate=0, lowstate_bad_crc=0,
-                             lowcmd_sent=0, damping_sent=0, remote_estops=0, remote_resets=0)
+                             lowcmd_sent=0, damping_sent=0, remote_estops=0, remote_resets=0,
+                             lowstate_crc_unset=0, lowstate_mode_machine_unset=0,
+                             lowstate_tick_unset=0)
+        self._tick = None
 
     # -- inputs ---------------------------------------------------------------------------
     def command(self, names, position=(), velocity=(), effort=(), now=0.0):
@@ -171,10 +241,20 @@ class BridgeCore:
 
     def take_state(self, record, now):
         """Take a LowState_; returns 'estop' or 'reset' on a remote button combination's
-        press (once per press), else None. A state whose CRC fails is counted and not used."""
+        press (once per press), else None. A state whose CRC fails is counted and not used
+        (with peer 'simulator', a crc of 0 is accepted and counted: the module's docstring)."""
         if not unitree.crc_ok(record):
-            self.counters['lowstate_bad_crc'] += 1
-            return None
+            if self.cfg.peer != 'simulator' or int(record['crc']) != 0:
+                self.counters['lowstate_bad_crc'] += 1
+                return None
+            self.counters['lowstate_crc_unset'] += 1
+        if self.cfg.peer == 'simulator':
+            if self.cfg.interface == 'unitree_hg' and int(record['mode_machine']) == 0:
+                self.counters['lowstate_mode_machine_unset'] += 1
+            tick = int(record['tick'])
+            if tick == self._tick:
+                self.counters['lowstate_tick_unset'] += 1
+            self._tick = tick
         self.state, self.state_time = record, now
         self.counters['lowstate'] += 1
         pressed = frozenset(unitree.buttons_pressed(record['wireless_remote']))
@@ -201,7 +281,7 @@ class BridgeCore:
         """Why every motor gets damping now (None: the supervisor's command goes out)."""
         cfg = self.cfg
         if self.state is None:
-            return 'no LowState_ yet'
+            return self.no_state_reason()
         age = now - self.state_time
         if age > cfg.state_timeout:
             return f'LowState_ {age * 1e3:.0f} ms old (state_timeout_s {cfg.state_timeout:g})'
@@ -217,11 +297,20 @@ class BridgeCore:
             return f'no hardware/command within {cfg.command_timeout:g} s'
         return None
 
+    def no_state_reason(self):
+        """Why no LowState_ is in use: none arrived, or every one was rejected (and why)."""
+        bad = self.counters['lowstate_bad_crc']
+        if not bad:
+            return 'no LowState_ yet'
+        hint = (" (the vendor's simulator leaves crc 0: unitree.peer simulator accepts that)"
+                if self.cfg.peer == 'robot' else ' (a non-zero crc is checked with any peer)')
+        return f'no LowState_ accepted: {bad} rejected for a bad CRC{hint}'
+
     def compose(self, now):
         """The LowCmd_ record to send now and why (None before any LowState_: nothing may be
         sent before the robot's state is known)."""
         if self.state is None:
-            return None, 'no LowState_ yet'
+            return None, self.no_state_reason()
         reason = self.damp_reason(now)
         f, m, h = self._f, self.m, self.h
         if reason is None:

@@ -350,21 +350,29 @@ class Codec:
 
 
 # -- DDS: one participant on the robot's domain and network interface ------------------------
-def cyclone_config(network_interface='', loopback_peers=False):
-    """CycloneDDS configuration: the robot's network interface (e.g. 'eth0'; '' lets
-    CycloneDDS choose). `lo` (tests, rehearsal at a desk) has no multicast: discovery then goes
-    by unicast to 127.0.0.1."""
+def cyclone_config(network_interface='', multicast=True, peers=()):
+    """CycloneDDS configuration of the robot side (core.unitree_bridge.WireSettings says what
+    each setting means and checks it).
+
+    network_interface: the interface to the robot (e.g. 'eth0'; '' lets CycloneDDS choose).
+    multicast: discovery and data by multicast, as the robot and the vendor's SDK do; on `lo`
+    (which Linux does not flag multicast-capable) it is switched on explicitly, else CycloneDDS
+    would go unicast-only there and never hear the vendor's participants. peers: unicast
+    addresses to announce this participant to as well (with fixed participant ports), for
+    networks that drop multicast; with multicast off they are the only way to be found.
+    """
     parts = ['<CycloneDDS><Domain Id="any"><General>']
     if network_interface:
+        flag = 'true' if multicast else 'false'
         parts.append(f'<Interfaces><NetworkInterface name="{network_interface}" '
-                     'priority="default" multicast="default"/></Interfaces>')
-    if loopback_peers:
-        parts.append('<AllowMulticast>false</AllowMulticast>')
+                     f'priority="default" multicast="{flag}"/></Interfaces>')
+    parts.append(f'<AllowMulticast>{"true" if multicast else "false"}</AllowMulticast>')
     parts.append('</General>')
-    if loopback_peers:
+    if peers:
         parts.append('<Discovery><ParticipantIndex>auto</ParticipantIndex>'
-                     '<MaxAutoParticipantIndex>50</MaxAutoParticipantIndex>'
-                     '<Peers><Peer address="127.0.0.1"/></Peers></Discovery>')
+                     '<MaxAutoParticipantIndex>50</MaxAutoParticipantIndex><Peers>'
+                     + ''.join(f'<Peer address="{a}"/>' for a in peers)
+                     + '</Peers></Discovery>')
     parts.append('</Domain></CycloneDDS>')
     return ''.join(parts)
 
@@ -390,13 +398,16 @@ class Wire:
     one process (docs/real_robot.md): give ROS another domain than the robot's.
     """
 
-    def __init__(self, domain_id=0, network_interface='', loopback_peers=None):
+    def __init__(self, domain_id=0, network_interface='', multicast=True, peers=None):
         from cyclonedds.domain import Domain, DomainParticipant
-        if loopback_peers is None:
-            loopback_peers = network_interface == 'lo'
+        if peers is None:   # on loopback: this machine's own address as well
+            peers = ['127.0.0.1'] if network_interface == 'lo' else []
         self.domain_id = int(domain_id)
         self.network_interface = network_interface
-        self._domain = Domain(self.domain_id, cyclone_config(network_interface, loopback_peers))
+        self.multicast = bool(multicast)
+        self.peers = list(peers)
+        self._domain = Domain(self.domain_id,
+                              cyclone_config(network_interface, self.multicast, self.peers))
         self.participant = DomainParticipant(self.domain_id)
         self._write, self._take = _raw_io()
 

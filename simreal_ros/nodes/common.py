@@ -138,6 +138,54 @@ def loopback_profile_path():
     return path if path.is_file() else None
 
 
+# Distros whose rcl reads ROS_LOCALHOST_ONLY but not ROS_AUTOMATIC_DISCOVERY_RANGE (Iron and
+# later read the range; Jazzy still honours ROS_LOCALHOST_ONLY, deprecated, and lets it prevail
+# with a warning in every process; Kilted's rcl no longer reads it: test/data/distro_api.json).
+LOCALHOST_ONLY_DISTROS = ('humble',)
+# Distros on Fast DDS 2 (Humble 2.6, Jazzy 2.14), which reads its XML profiles file from
+# FASTRTPS_DEFAULT_PROFILES_FILE; Fast DDS 3 (Kilted and later) from FASTDDS_DEFAULT_PROFILES_FILE.
+FASTDDS2_DISTROS = ('humble', 'jazzy')
+
+
+def _distro(env):
+    return env.get('ROS_DISTRO', '').strip().lower()
+
+
+def profiles_variable(environ=None):
+    """The variable this distro's Fast DDS reads its XML profiles file from (ROS_DISTRO;
+    without it, the Kilted wheels: Fast DDS 3)."""
+    env = os.environ if environ is None else environ
+    return ('FASTRTPS_DEFAULT_PROFILES_FILE' if _distro(env) in FASTDDS2_DISTROS
+            else 'FASTDDS_DEFAULT_PROFILES_FILE')
+
+
+def localhost_discovery(environ=None, keep_choice=False):
+    """Keep DDS discovery on this computer on every distro; call before rclpy.init.
+
+    Sets ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, and on Humble (ROS_DISTRO=humble), whose rcl
+    knows only that one, ROS_LOCALHOST_ONLY=1. Elsewhere ROS_LOCALHOST_ONLY is left alone: on
+    Jazzy it would override the range and warn in every process. With `keep_choice`, a wider
+    discovery the user chose (another range, ROS_LOCALHOST_ONLY other than 1) is kept.
+    Returns `environ`.
+    """
+    env = os.environ if environ is None else environ
+    if keep_choice:
+        chosen = env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', '').strip().upper()
+        only = env.get('ROS_LOCALHOST_ONLY')
+        if (chosen and chosen != 'LOCALHOST' and only != '1') or only not in (None, '1'):
+            return env
+    env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    if _distro(env) in LOCALHOST_ONLY_DISTROS:
+        env['ROS_LOCALHOST_ONLY'] = '1'
+    return env
+
+
+def localhost_requested(env):
+    """True when `env` asks for localhost discovery (either distro's variable)."""
+    return (env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', '').strip().upper() == 'LOCALHOST'
+            or env.get('ROS_LOCALHOST_ONLY', '').strip() == '1')
+
+
 def prefer_udp_transport(environ=None):
     """Fast DDS between processes: UDP, not shared memory, unless the user chose.
 
@@ -154,13 +202,17 @@ def prefer_udp_transport(environ=None):
     Unless the user chose a transport (FASTDDS_BUILTIN_TRANSPORTS or a profiles file) or
     another middleware:
     - with the default discovery range (SUBNET, a robot's computers) this sets
-      FASTDDS_BUILTIN_TRANSPORTS=UDPv4;
-    - under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, where rmw_fastrtps (9.3) installs its own
-      shared-memory + UDP pair and ignores that variable, it puts this process on
-      config/fastdds/loopback_udp.xml (UDP bound to 127.0.0.1, discovery on loopback) with
-      the range SYSTEM_DEFAULT, so that the profile is used: what LOCALHOST promises, nothing
-      leaves the computer, without shared memory. Processes left on LOCALHOST (the `ros2`
-      command line, its daemon) still find these ones, over UDP.
+      FASTDDS_BUILTIN_TRANSPORTS=UDPv4 (read by Fast DDS 2.6 (Humble) and later);
+    - under localhost discovery (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, or Humble's
+      ROS_LOCALHOST_ONLY=1), where rmw_fastrtps installs its own shared-memory + UDP pair and
+      ignores that variable (Humble's rmw_fastrtps 6.2 as Kilted's 9.3), it puts this process
+      on config/fastdds/loopback_udp.xml (UDP bound to 127.0.0.1, discovery on loopback),
+      named in the variable this distro's Fast DDS reads (`profiles_variable`: Fast DDS 2 of
+      Humble and Jazzy reads FASTRTPS_DEFAULT_PROFILES_FILE, Fast DDS 3 the FASTDDS_ one),
+      with the range SYSTEM_DEFAULT and ROS_LOCALHOST_ONLY unset, so that the profile is
+      used: what LOCALHOST promises, nothing leaves the computer, without shared memory.
+      Processes left on LOCALHOST (the `ros2` command line, its daemon) still find these
+      ones, over UDP.
     Returns what was put in place: 'UDPv4', 'loopback UDP', the user's
     FASTDDS_BUILTIN_TRANSPORTS, or None. `dds_transport` tells what a process really got.
     """
@@ -169,11 +221,12 @@ def prefer_udp_transport(environ=None):
         return None
     if any(env.get(k) for k in TRANSPORT_CHOICES):
         return env.get('FASTDDS_BUILTIN_TRANSPORTS')
-    if env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', '').strip().upper() == 'LOCALHOST':
+    if localhost_requested(env):
         profile = loopback_profile_path()
         if profile is not None:
-            env['FASTDDS_DEFAULT_PROFILES_FILE'] = str(profile)
+            env[profiles_variable(env)] = str(profile)
             env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'SYSTEM_DEFAULT'
+            env.pop('ROS_LOCALHOST_ONLY', None)
             return 'loopback UDP'
     env['FASTDDS_BUILTIN_TRANSPORTS'] = 'UDPv4'
     return env.get('FASTDDS_BUILTIN_TRANSPORTS')
@@ -196,10 +249,10 @@ class PolledSubscription:
         self.msg_type = msg_type
         self.topic = topic
         with node.handle:
-            try:     # rclpy >= 4 (Iron): a content-filter argument
+            try:     # Kilted's rclpy (9): a content-filter argument
                 self.handle = _rclpy.Subscription(node.handle, msg_type, topic,
                                                   qos.get_c_qos_profile(), None)
-            except TypeError:   # Humble's rclpy has none
+            except TypeError:   # Humble's and Jazzy's rclpy have none (distro_api.json)
                 self.handle = _rclpy.Subscription(node.handle, msg_type, topic,
                                                   qos.get_c_qos_profile())
 

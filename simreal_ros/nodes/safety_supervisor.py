@@ -9,8 +9,9 @@
     ros2 topic echo /safety/state --qos-durability transient_local
 
 Subscribes:
-    policy/command, sysid/command, joint_states (sensor_msgs/JointState, by name), imu
-    (sensor_msgs/Imu, when use_imu), sim_bridge/live_gap (std_msgs/String, latched)
+    policy/command, sysid/command (sensor_msgs/JointState, every joint by name; one output per
+    tick whatever their rate), joint_states (sensor_msgs/JointState), imu (sensor_msgs/Imu,
+    when use_imu), sim_bridge/live_gap (std_msgs/String, latched)
 Publishes:
     hardware/command (sensor_msgs/JointState, reliable keep-last 1; optionally
     std_msgs/Float64MultiArray on array_topic), safety/state (std_msgs/String, latched JSON),
@@ -331,8 +332,17 @@ class SafetySupervisor(Node):
                                          'torque and rate limits as a fraction of the main ones',
                                          low=0.001, high=1.0, read_only=True)
         p['forward_on_input'] = declare(self, 'forward_on_input', True, 'also filter and '
-                                        'forward each command as it arrives (not only on ticks)',
+                                        'forward a command as it arrives (not only on ticks); '
+                                        'it then replaces its tick slot\'s output: at most one '
+                                        'hardware/command per tick, whatever the source\'s rate',
                                         read_only=True)
+        for name, what in (('policy', 'policy_runner\'s rate_hz'),
+                           ('sysid', 'the experiments\' command_rate_hz')):
+            p[f'{name}_rate_hz'] = declare(
+                self, f'{name}_rate_hz', 0.0, f'the rate {name}/command is declared to come at '
+                f'(Hz; {what}); faster is counted (commands.{name}.too_fast in safety/state, '
+                'WARN on /diagnostics), not a fault: one output per tick whatever it sends; '
+                '0 = rate_hz', low=0.0, high=100000.0, read_only=True)
         p['forward_on_tick'] = declare(self, 'forward_on_tick', True, 'republish the latest '
                                        'command, filtered with the newest state, every tick; '
                                        'false = forward only on input (safe outputs still go '
@@ -481,8 +491,10 @@ class SafetySupervisor(Node):
                                               msg.effort, stamp_to_sec(msg.header.stamp), now,
                                               sender=msg.header.frame_id)
             if ok and self.forward_on_input and source == self.core.mode:
-                self._send(self.core.tick(now, count=False,
-                                          wall=self._wall() if self._wall else None), now)
+                # At most one output per tick slot: a faster source waits for the tick.
+                out = self.core.forward_input(now, wall=self._wall() if self._wall else None)
+                if out is not None:
+                    self._send(out, now)
         if not ok:
             self.get_logger().warning(f'{source}/command rejected (not forwarded): {reason}',
                                    throttle_duration_sec=1.0)
@@ -505,8 +517,9 @@ class SafetySupervisor(Node):
         now = self._now()
         with self._lock:
             self._take_inputs(now)
-            out = self.core.tick(now, wall=self._wall() if self._wall else None)
-            if out is not None and (out.safe or self.forward_on_tick):
+            out = self.core.tick_output(now, self._wall() if self._wall else None,
+                                        self.forward_on_tick)
+            if out is not None:
                 self._send(out, now)
         self._log_events()
 
@@ -750,11 +763,14 @@ class SafetySupervisor(Node):
             st.level, st.message = DiagnosticStatus.WARN, s['safe_reason']
         elif s['output'] != 'forwarding':
             st.level, st.message = DiagnosticStatus.WARN, f'safe mode: {s["safe_reason"]}'
-        elif s['rejected'][s['mode']] or s['clipped_outputs']:
+        elif (s['rejected'][s['mode']] or s['clipped_outputs']
+              or s['commands'][s['mode']]['too_fast']):
+            c = s['commands'][s['mode']]
             st.level = DiagnosticStatus.WARN
             st.message = (f'forwarding {s["mode"]} at {_where(s)}; '
                           f'{s["clipped_outputs"]} clipped outputs, '
-                          f'{s["rejected"][s["mode"]]} rejected commands')
+                          f'{s["rejected"][s["mode"]]} rejected commands, {c["too_fast"]} '
+                          f'beyond its declared {c["declared_rate_hz"]:g} Hz')
         else:
             st.level = DiagnosticStatus.OK
             st.message = f'forwarding {s["mode"]} at {_where(s)}'
@@ -785,6 +801,11 @@ class SafetySupervisor(Node):
             values[f'clips.{kind}'] = sum(per_joint.values())
         for source, count in s['rejected'].items():
             values[f'rejected.{source}'] = count
+        for source, c in s['commands'].items():
+            for key, v in c.items():
+                values[f'commands.{source}.{key}'] = v
+        values['deferred_inputs'] = s['deferred_inputs']
+        values['replaced_ticks'] = s['replaced_ticks']
         for name, info in s['inputs'].items():
             values[f'age_ms.{name}'] = info['arrival_age_ms']
         st.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]

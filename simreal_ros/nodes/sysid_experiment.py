@@ -70,6 +70,14 @@ KIND_SCALARS = {
 }
 
 
+def _sysid_trips(state):
+    """The supervisor's count of stale spells of its SysID input (0 when not reported)."""
+    try:
+        return int(state['inputs']['sysid']['watchdog_trips'] or 0)
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
 class SysidNode(Node):
     """Base of the three SysID nodes; subclasses set KIND and NODE_NAME."""
 
@@ -110,6 +118,8 @@ class SysidNode(Node):
         self.last_result = None
         self._last_progress = -math.inf
         self.time_jump = None         # why ROS time went back during the running experiment
+        self._supervisor_seen = None  # ROS time of the last safety/state
+        self._last_command = None     # ROS time of the last command published
         self._lock = threading.Lock()
 
         control = MutuallyExclusiveCallbackGroup()
@@ -217,6 +227,19 @@ class SysidNode(Node):
                                               'no joint_states arrived for this long (s, '
                                               'steady clock)', low=0.01,
                                               high=5.0, read_only=True)
+        p['late_command_s'] = declare(self, 'late_command_s', 0.05, 'two commands further '
+                                      'apart than this (s, ROS time) disturb the experiment: '
+                                      'the segment is repeated', low=0.005, high=1.0,
+                                      read_only=True)
+        p['joint_states_gap_s'] = declare(self, 'joint_states_gap_s', 0.1, 'joint_states '
+                                          'stamped further apart (s) disturb the experiment: '
+                                          'the segment is repeated',
+                                          low=0.005, high=5.0, read_only=True)
+        p['max_repeats'] = declare(self, 'max_repeats', 0, 'disturbed segments repeated per '
+                                   'joint at most (then estimated from what is left); 0 = '
+                                   'none, disturbances only reported: a repeat is re-planned '
+                                   'in the command loop, which on a loaded computer delays '
+                                   'the commands again', low=0, high=100, read_only=True)
         p['simulation_dt'] = declare(self, 'simulation_dt', 0.001, 'step of the joint '
                                      'simulation the latency estimate aligns with (s)',
                                      low=1e-4, high=0.01, read_only=True)
@@ -244,7 +267,13 @@ class SysidNode(Node):
         self.latest = (time.monotonic(), q, qd, tau)
         session = self.session
         if session is not None:
-            session.add_sample(stamp if stamp > 0 else now, q, qd, tau)
+            stamp = stamp if stamp > 0 else now
+            # A gap in the driver's stamps: the robot went unobserved (a stalled driver).
+            gap = stamp - session.last_sample_time(stamp)
+            if gap > self.p['joint_states_gap_s']:
+                session.disturbed(stamp - gap, f'joint_states stamps {gap * 1e3:.0f} ms apart '
+                                  f'(joint_states_gap_s {self.p["joint_states_gap_s"]:g})')
+            session.add_sample(stamp, q, qd, tau)
 
     def _parse_joint_states(self, msg):
         """Return (q, qd, tau) in joint_names order, or None when a joint is missing."""
@@ -293,9 +322,25 @@ class SysidNode(Node):
 
     def _on_supervisor(self, msg):
         try:
-            self.supervisor = json.loads(msg.data)
+            state = json.loads(msg.data)
         except ValueError:
             self.get_logger().warn(f'unreadable {self.p["supervisor_state_topic"]} message')
+            return
+        previous, self.supervisor = self.supervisor, state
+        now = self._now()
+        session = self.session
+        if session is not None and previous is not None and isinstance(state, dict):
+            # A hold of the SysID commands (a stale spell, a reject) since the last state:
+            # the joint did not follow the schedule meanwhile; that segment is repeated.
+            trips = _sysid_trips(state) - _sysid_trips(previous)
+            stopped = (previous.get('output') == 'forwarding'
+                       and state.get('output') == 'safe')
+            if trips > 0 or stopped:
+                since = self._supervisor_seen if self._supervisor_seen else now
+                why = state.get('safe_reason') or 'its SysID input went stale'
+                session.disturbed(since, f'safety_supervisor held the commands ({why})',
+                                  held=True)
+        self._supervisor_seen = now
 
     def _supervisor_problem(self, starting=False):
         if not self.p['require_supervisor']:
@@ -361,7 +406,8 @@ class SysidNode(Node):
         problem, session = None, None
         try:
             session = SysidSession(self.KIND, settings, self.nominal, self.robot, self.joints,
-                                   hold, self.p['results_dir'], self.p['simulation_dt'])
+                                   hold, self.p['results_dir'], self.p['simulation_dt'],
+                                   max_repeats=self.p['max_repeats'])
             for exp in session.experiments:
                 bad = check_limits(exp, settings, self.nominal)
                 if bad:
@@ -383,6 +429,7 @@ class SysidNode(Node):
                 return
             self.workers = []
             self.time_jump = None
+            self._last_command = None
             self.session = session
             self.started_at = time.monotonic()
             self.status = 'running'
@@ -444,6 +491,10 @@ class SysidNode(Node):
             if problem:
                 self._stop(problem)
                 return
+            last, self._last_command = self._last_command, now
+            if last is not None and now - last > self.p['late_command_s']:
+                session.disturbed(last, f'commands late: {(now - last) * 1e3:.0f} ms between '
+                                  f'two (late_command_s {self.p["late_command_s"]:g})')
             names, pos, vel, eff = session.command(now)
             msg = JointState()
             msg.header.stamp = self.get_clock().now().to_msg()
@@ -497,12 +548,17 @@ class SysidNode(Node):
 
     # -- sim_bridge ------------------------------------------------------------------------
     def _push_to_bridge(self, results, path):
-        """Best effort: write identified values into sim_bridge's parameters when it runs."""
-        from rclpy.parameter_client import AsyncParameterClient
+        """Best effort: write identified values into sim_bridge's parameters when it runs.
+
+        One client of the node's `set_parameters` service (rcl_interfaces, on every distro):
+        rclpy's AsyncParameterClient would do the same but is Jazzy and later, and makes six
+        service clients where one is used.
+        """
+        from rcl_interfaces.srv import SetParameters
         name = self.p['sim_bridge_node']
         if self.bridge is None:
-            self.bridge = AsyncParameterClient(self, name)
-        if not self.bridge.services_are_ready():
+            self.bridge = self.create_client(SetParameters, f'{name}/set_parameters')
+        if not self.bridge.service_is_ready():
             self.get_logger().info(f'{name} is not running: identified values not pushed (they '
                                    f'are in {path})')
             return
@@ -512,7 +568,8 @@ class SysidNode(Node):
                for k, v in sorted(bridge_parameters([{'results': results}]).items())]
         if not out:
             return
-        future = self.bridge.set_parameters(out)
+        request = SetParameters.Request(parameters=[p.to_parameter_msg() for p in out])
+        future = self.bridge.call_async(request)
         future.add_done_callback(lambda f: self._bridge_done(f, out, name))
 
     def _bridge_done(self, future, params, name):

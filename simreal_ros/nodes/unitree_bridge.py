@@ -31,7 +31,7 @@ from std_srvs.srv import Trigger
 
 from simreal_ros.core import unitree
 from simreal_ros.core.cdr import ImuEncoder, JointStateDecoder, JointStateEncoder
-from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore
+from simreal_ros.core.unitree_bridge import BridgeConfig, BridgeCore, WireSettings
 from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS, SENSOR_PUB_QOS,
                                       PolledSubscription, PublisherWatch, declare, declare_names,
@@ -58,12 +58,18 @@ class UnitreeBridge(Node):
             command_timeout=p['command_timeout_s'], state_timeout=p['state_timeout_s'],
             require_heartbeat=p['require_heartbeat'], mode_pr=p['mode_pr'],
             motor_mode=p['motor_mode'], estop_buttons=p['remote.estop_buttons'],
-            reset_buttons=p['remote.reset_buttons'])
+            reset_buttons=p['remote.reset_buttons'], peer=p['unitree.peer'])
         self.core = BridgeCore(cfg)
+        self.wire_settings = WireSettings(
+            domain_id=p['unitree.domain_id'], network_interface=p['unitree.network_interface'],
+            multicast=p['unitree.multicast'], peers=p['unitree.peers']).validate()
+        self.no_writer_warning_s = p['unitree.no_writer_warning_s']
         self.executor_kind = p['executor']
         self.rate_hz = p['rate_hz']
         from simreal_ros.drivers import unitree_dds
-        self.wire = unitree_dds.Wire(p['unitree.domain_id'], p['unitree.network_interface'])
+        ws = self.wire_settings
+        self.wire = unitree_dds.Wire(ws.domain_id, ws.network_interface, ws.multicast,
+                                     ws.effective_peers())
         self.lowcmd = self.wire.writer(cfg.interface, 'LowCmd_', unitree_dds.TOPIC_CMD)
         self.lowstate = self.wire.reader(cfg.interface, 'LowState_', unitree_dds.TOPIC_STATE,
                                          depth=8)
@@ -123,11 +129,17 @@ class UnitreeBridge(Node):
                           clock=self._steady)
         self.create_timer(1.0, self._publish_diagnostics, clock=self._steady)
         self._diag_last = (time.monotonic(), 0)
+        self._started = time.monotonic()
+        self._wire_problem = ''
         self.get_logger().info(
             f'{cfg.interface}: {self.core.n} joints on motors {list(cfg.motor_index)}, '
-            f'{len(cfg.held_index)} held, LowCmd_ at {self.rate_hz:g} Hz, DDS domain '
-            f'{p["unitree.domain_id"]} interface {p["unitree.network_interface"] or "(any)"}; '
-            'nothing is sent before the first LowState_')
+            f'{len(cfg.held_index)} held, LowCmd_ at {self.rate_hz:g} Hz, listening on '
+            f'{ws.describe()}; nothing is sent before the first LowState_')
+        if cfg.peer == 'simulator':
+            self.get_logger().warning(
+                'unitree.peer: simulator - a LowState_ with crc 0 (the vendor\'s simulator '
+                'fills no CRC, mode_machine or tick) is ACCEPTED and counted; a non-zero crc '
+                'is still checked. Never use this setting on a robot.')
 
     def _declare_array(self, name, ptype, description):
         from rcl_interfaces.msg import ParameterDescriptor
@@ -192,6 +204,22 @@ class UnitreeBridge(Node):
                                                  "network interface to the robot (e.g. eth0; "
                                                  "'' = CycloneDDS chooses; lo = loopback only)",
                                                  read_only=True)
+        p['unitree.multicast'] = declare(self, 'unitree.multicast', True, 'discover the robot '
+                                         'by multicast (as the robot and the vendor\'s SDK '
+                                         'do); on lo it is switched on explicitly. false: '
+                                         'unicast to unitree.peers only', read_only=True)
+        p['unitree.peers'] = declare_names(
+            self, 'unitree.peers', 'unicast addresses to discover the robot at as well (e.g. '
+            "['192.168.123.161'] where the network drops multicast); on lo 127.0.0.1 is always "
+            'one')
+        p['unitree.peer'] = declare(self, 'unitree.peer', 'robot', "who is on the other side: "
+                                    "'robot' (every LowState_ CRC-checked) or 'simulator' (the "
+                                    "vendor's unitree_mujoco: crc 0 accepted and counted; "
+                                    'docs/real_robot.md)', read_only=True)
+        p['unitree.no_writer_warning_s'] = declare(
+            self, 'unitree.no_writer_warning_s', 3.0, 'say (error log, diagnostics) which '
+            'settings to check when no LowState_ writer is matched, or none accepted, after '
+            'this long (s)', low=0.5, high=60.0, read_only=True)
         p['imu_frame_id'] = declare(self, 'imu_frame_id', 'imu_link', 'imu header frame_id',
                                     read_only=True)
         p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
@@ -348,25 +376,50 @@ class UnitreeBridge(Node):
         self._diag_last = (now, sent)
         rate = (sent - sent0) / max(now - t0, 1e-9)
         cause = self._driver_state[1] if self._driver_state else 'starting'
+        writers, readers = self.lowstate.matched(), self.lowcmd.matched()
+        problem = self._check_wire(now, writers)
         status = DiagnosticStatus(name=diag_name(self, self.core.cfg.interface),
-                                  hardware_id=f'dds domain {self.wire.domain_id}')
-        if cause != 'commanded':
+                                  hardware_id=self.wire_settings.describe())
+        if problem:
+            status.level = DiagnosticStatus.ERROR
+            status.message = f'damping: {problem}'
+        elif cause != 'commanded':
             status.level = DiagnosticStatus.WARN
             status.message = f'damping: {cause}'
         else:
             status.level = DiagnosticStatus.OK
             status.message = f'commanding, LowCmd_ {rate:.0f} Hz'
+        status.message += (f'; {writers} LowState_ writer(s), {readers} LowCmd_ reader(s) '
+                           f'matched on {self.wire_settings.describe()}')
         if self.counters['write_errors']:
             status.level = DiagnosticStatus.ERROR
             status.message += f'; {self.counters["write_errors"]} LowCmd_ writes failed'
         values = dict(c, **self.counters, lowcmd_rate_hz=f'{rate:.1f}',
                       lowstate_malformed=self.lowstate.malformed, cause=cause,
                       last_reject=self.last_reject, last_error=self.last_error,
-                      executor=self.executor_kind)
+                      executor=self.executor_kind, lowstate_writers_matched=writers,
+                      lowcmd_readers_matched=readers, wire=self.wire_settings.describe(),
+                      peer=self.core.cfg.peer, wire_problem=problem)
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
         out = DiagnosticArray(status=[status])
         out.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(out)
+
+    def _check_wire(self, now, writers):
+        """After unitree.no_writer_warning_s without a usable LowState_: what is wrong (logged
+        once per problem as an error naming the settings), else ''."""
+        waited = now - self._started
+        problem = ''
+        if self.core.state is None and waited >= self.no_writer_warning_s:
+            if writers == 0:
+                problem = self.wire_settings.no_writer_advice(waited)
+            else:
+                problem = (f'{writers} LowState_ writer(s) matched but '
+                           + self.core.no_state_reason())
+        if problem and problem.split(' in ')[0] != self._wire_problem.split(' in ')[0]:
+            self.get_logger().error(problem)
+        self._wire_problem = problem
+        return problem
 
     def destroy_node(self):
         for sub, _ in getattr(self, '_polled', ()):

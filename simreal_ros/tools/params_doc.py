@@ -63,13 +63,15 @@ def isolated():
         raise RuntimeError('params_doc builds its nodes in a ROS context of its own: call it '
                            'while rclpy is not initialised')
     saved_env = {k: os.environ.get(k) for k in ('ROS_AUTOMATIC_DISCOVERY_RANGE',
-                                                 'ROS_DOMAIN_ID', 'ROS_HOME', 'XDG_DATA_HOME',
+                                                 'ROS_LOCALHOST_ONLY', 'ROS_DOMAIN_ID', 'ROS_HOME', 'XDG_DATA_HOME',
                                                  'FASTDDS_DEFAULT_PROFILES_FILE')}
     saved_nice = common.set_process_nice
     patched = []
     with tempfile.TemporaryDirectory(prefix='simreal_params_doc_') as tmp:
         try:
             os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'OFF'
+            if os.environ.get('ROS_DISTRO') == 'humble':   # no discovery range before Iron
+                os.environ['ROS_LOCALHOST_ONLY'] = '1'
             # No profile whose initial peers would announce this participant to others.
             os.environ.pop('FASTDDS_DEFAULT_PROFILES_FILE', None)
             # Discovery is off; the caller's domain stays when Fast DDS can take it (<= 232),
@@ -125,7 +127,7 @@ def declared_parameters(node):
     """
     from rclpy.exceptions import ParameterUninitializedException
     from simreal_ros.nodes.common import PARAM_TYPES
-    names = sorted(node.list_parameters([], 0).names)
+    names = sorted(node.get_parameters_by_prefix(''))   # list_parameters is Jazzy and later
     rows = {}
     for name, descriptor in zip(names, node.describe_parameters(names)):
         try:

@@ -9,7 +9,13 @@ Files written to the export folder:
 - `domain_randomization.yaml`: uniform ranges centred on each estimate, half-width
   max(k * interval half-width, floor_fraction * |value|, floor_abs); when that would cross zero
   the half-width is shrunk to the value, so every range stays centred and physical; with a
-  note mapping each entry to Isaac Lab and mjlab event terms.
+  note mapping each entry to Isaac Lab and mjlab event terms;
+- `isaaclab_actuators.py`: an Isaac Lab actuator configuration snippet (DelayedPDActuatorCfg
+  per joint: armature, Coulomb friction, viscous friction, the latency as an action delay in
+  physics steps of `train_dt`), its conventions in its header;
+- `legged_gym_params.py`: the same as legged_gym-style values (per-DOF armature, friction,
+  damping for `_process_dof_props`, the delay in policy and physics steps), conventions in
+  its header.
 """
 import math
 import os
@@ -58,7 +64,8 @@ def _absolute_asset_dirs(spec, model_path):
 
 
 def export(out_dir, model_path, params, robot='robot', gap=None, notes=None,
-           floor_fraction=DR_FLOOR_FRACTION, interval_scale=DR_INTERVAL_SCALE):
+           floor_fraction=DR_FLOOR_FRACTION, interval_scale=DR_INTERVAL_SCALE, kp=None,
+           kd=None):
     """Write the three export files into out_dir; return their paths (dict)."""
     os.makedirs(out_dir, exist_ok=True)
     spec = load_spec(model_path)
@@ -108,7 +115,9 @@ def export(out_dir, model_path, params, robot='robot', gap=None, notes=None,
               'note': DR_NOTE}
     dr_path = os.path.join(out_dir, 'domain_randomization.yaml')
     write_text(dr_path, yaml.safe_dump(dr_doc, sort_keys=False, width=99))
-    return {'mjcf': mjcf, 'params': values_path, 'domain_randomization': dr_path}
+    paths = {'mjcf': mjcf, 'params': values_path, 'domain_randomization': dr_path}
+    paths.update(export_training(out_dir, model_path, params, robot, kp, kd))
+    return paths
 
 
 def centre_errors(dr_doc, params):
@@ -120,3 +129,89 @@ def centre_errors(dr_doc, params):
             worst = max(worst, abs(0.5 * (lo + hi) - float(getattr(params, key)[i])))
     lo, hi = dr_doc['latency_s']
     return max(worst, abs(0.5 * (lo + hi) - params.latency_s))
+
+
+ISAACLAB_HEADER = """# {robot}: identified actuator parameters, an Isaac Lab actuator config.
+# Written by simreal_ros sim_bridge from {model}. Conventions (Isaac Lab >= 2.1 on Isaac
+# Sim >= 5.0, where joint friction is an effort):
+#   armature          kg*m^2     reflected rotor inertia added to the joint (MuJoCo armature)
+#   friction          N*m        static (Coulomb) joint friction (MuJoCo frictionloss); on
+#                                Isaac Sim 4.5 this field is a unitless coefficient instead:
+#                                do not paste these values there
+#   dynamic_friction  N*m        Coulomb friction while sliding (same value: one Coulomb level
+#                                was identified)
+#   viscous_friction  N*m*s/rad  viscous joint friction (MuJoCo damping)
+#   stiffness/damping            the PD gains of the robot file (kp, kd), NOT joint friction
+#   min_delay/max_delay          the command latency {latency_ms:.2f} ms as whole physics steps
+#                                of sim dt {dt:g} s (floor and ceil of latency / dt); the
+#                                delay applies to the targets, the PD feedback stays current
+# Usage: ArticulationCfg(..., actuators=ACTUATORS); each joint is its own group so that
+# every value is its own (regular expressions are the joint names, anchored).
+from isaaclab.actuators import DelayedPDActuatorCfg
+
+"""
+
+LEGGED_GYM_HEADER = """# {robot}: identified actuator parameters, legged_gym style (Isaac Gym).
+# Written by simreal_ros sim_bridge from {model}. Conventions:
+#   DOF_ARMATURE   kg*m^2     per DOF, into dof_props['armature'] (LeggedRobot._process_dof_props)
+#   DOF_FRICTION   N*m        Coulomb friction, into dof_props['friction'] (Isaac Gym's joint
+#                             friction; MuJoCo frictionloss)
+#   DOF_DAMPING    N*m*s/rad  viscous friction. With DOF_MODE_EFFORT (legged_gym computes the PD
+#                             torques itself) dof_props['damping'] is not applied by the drive:
+#                             add -DOF_DAMPING * dof_vel to the torques in _compute_torques
+#   ACTION_DELAY_S s          command latency; ACTION_DELAY_PHYSICS_STEPS = round(latency /
+#                             sim dt {dt:g} s): apply each new target that many physics
+#                             steps after the policy produced it (a small FIFO of targets)
+# Order: DOF_NAMES (match them against self.dof_names, never assume the order).
+
+"""
+
+
+def isaaclab_snippet(params, robot='robot', model='', kp=None, kd=None, dt=0.005):
+    """Return the text of an Isaac Lab actuator configuration for the identified params."""
+    lat = float(params.latency_s)
+    lo, hi = int(math.floor(lat / dt + 1e-9)), int(math.ceil(lat / dt - 1e-9))
+    lines = [ISAACLAB_HEADER.format(robot=robot, model=model, latency_ms=lat * 1e3, dt=dt),
+             'ACTUATORS = {']
+    for i, joint in enumerate(params.names):
+        gains = ''
+        if kp is not None and kd is not None:
+            gains = f' stiffness={float(kp[i])!r}, damping={float(kd[i])!r},'
+        fc, fv, arm = (float(params.frictionloss[i]), float(params.damping[i]),
+                       float(params.armature[i]))
+        lines.append(f"    {joint!r}: DelayedPDActuatorCfg(\n"
+                     f"        joint_names_expr=[{('^' + joint + '$')!r}],{gains}\n"
+                     f"        armature={arm:.6g}, friction={fc:.6g}, dynamic_friction={fc:.6g}, "
+                     f"viscous_friction={fv:.6g},\n"
+                     f"        min_delay={lo}, max_delay={hi}),")
+    lines.append('}')
+    return '\n'.join(lines) + '\n'
+
+
+def legged_gym_snippet(params, robot='robot', model='', dt=0.005, policy_dt=0.02):
+    """Return legged_gym-style parameter text (Python) for the identified params."""
+    lat = float(params.latency_s)
+    out = [LEGGED_GYM_HEADER.format(robot=robot, model=model, dt=dt),
+           f'DOF_NAMES = {list(params.names)!r}',
+           'DOF_ARMATURE = {' + ', '.join(f'{n!r}: {float(v):.6g}' for n, v in
+                                          zip(params.names, params.armature)) + '}',
+           'DOF_FRICTION = {' + ', '.join(f'{n!r}: {float(v):.6g}' for n, v in
+                                          zip(params.names, params.frictionloss)) + '}',
+           'DOF_DAMPING = {' + ', '.join(f'{n!r}: {float(v):.6g}' for n, v in
+                                         zip(params.names, params.damping)) + '}',
+           f'ACTION_DELAY_S = {lat:.6g}',
+           f'ACTION_DELAY_PHYSICS_STEPS = {int(round(lat / dt))}   # sim dt {dt:g} s',
+           f'ACTION_DELAY_POLICY_STEPS = {lat / policy_dt:.3f}   # policy dt {policy_dt:g} s '
+           '(fraction: the delay is shorter than a policy step)']
+    return '\n'.join(out) + '\n'
+
+
+def export_training(out_dir, model_path, params, robot='robot', kp=None, kd=None, dt=0.005,
+                    policy_dt=0.02):
+    """Write isaaclab_actuators.py and legged_gym_params.py into out_dir; return the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    isaac = os.path.join(out_dir, 'isaaclab_actuators.py')
+    write_text(isaac, isaaclab_snippet(params, robot, str(model_path), kp, kd, dt))
+    gym = os.path.join(out_dir, 'legged_gym_params.py')
+    write_text(gym, legged_gym_snippet(params, robot, str(model_path), dt, policy_dt))
+    return {'isaaclab': isaac, 'legged_gym': gym}

@@ -380,3 +380,66 @@ def load_settings(config_path, kind):
                           'missing; see config/robots/arm3.yaml')
     return SysidSettings.from_params(params, list(names), params.get('kp'), params.get('kd'),
                                      source=f'{config_path}:{node}')
+
+
+def plan(config_path, kinds=KINDS, joints=None, nominal=None):
+    """The schedule every SysID experiment of a robot file would run, without moving anything.
+
+    Return {'robot_file', 'experiments': [{kind, joint, duration_s, range_rad, peak_speed,
+    velocity_limit, peak_torque, torque_limit, violations}], 'total_s'}: each joint's
+    experiment designed from the hold pose as the node designs it (every experiment ends
+    there), checked against the SysID limits. peak_torque is the torque the nominal links
+    need along the planned targets (inverse dynamics, no actuator friction) plus the torque
+    limit the design itself keeps (the multi-sine's PD bound); violations names any command
+    outside the limits (a plan with one must not be run).
+    """
+    from simreal_ros.core.config import load_node_params, resolve_path
+    from simreal_ros.core.sysid.model import NominalModel
+    rows = []
+    for kind in kinds:
+        node = NODE_OF[kind]
+        settings = load_settings(config_path, kind)
+        params = load_node_params(config_path, node)
+        if nominal is None:
+            path = resolve_path(params.get('model_path', ''), f'{config_path}:{node}.model_path')
+            nominal = NominalModel(path, settings.joint_names)
+        names = settings.joint_names
+        chosen = list(joints or params.get('joints') or names)
+        unknown = [j for j in chosen if j not in names]
+        if unknown:
+            raise ConfigError(f'{config_path}:{node}: joints {unknown} not in joint_names')
+        start = settings.hold_position.astype(float)
+        for joint in chosen:
+            exp = design_for(kind, joint, settings, nominal, start)
+            start = exp.position[-1]
+            i = exp.index
+            dt = 1.0 / settings.command_rate_hz
+            acc = np.gradient(exp.velocity, dt, axis=0)
+            rigid = nominal.inverse_dynamics(exp.position[::4], exp.velocity[::4],
+                                             acc[::4])[:, i]
+            rows.append({
+                'kind': kind, 'joint': joint, 'duration_s': round(exp.duration, 2),
+                'range_rad': [round(float(exp.position[:, i].min()), 3),
+                              round(float(exp.position[:, i].max()), 3)],
+                'peak_speed': round(float(np.max(np.abs(exp.velocity[:, i]))), 3),
+                'velocity_limit': float(settings.velocity_limit[i]),
+                'speeds': ([round(float(v), 3) for v in sorted(
+                    {min(v, 0.9 * settings.velocity_limit[i])
+                     for v in settings.friction_speeds})] if kind == 'friction' else None),
+                'peak_torque': round(float(np.max(np.abs(rigid))), 2),
+                'torque_limit': float(settings.torque_limit[i]),
+                'violations': check_limits(exp, settings, nominal) + _soft_limits(exp,
+                                                                                  settings)})
+    return {'robot_file': str(config_path), 'experiments': rows,
+            'total_s': round(sum(r['duration_s'] for r in rows), 1)}
+
+
+def _soft_limits(exp, settings):
+    if settings.position_lower is None:
+        return []
+    i = exp.index
+    q = exp.position[:, i]
+    if np.any(q < settings.position_lower[i] - 1e-9) or np.any(q > settings.position_upper[i]
+                                                              + 1e-9):
+        return ['position target outside the SysID soft limits (position_lower/upper)']
+    return []

@@ -225,19 +225,60 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
     y = rec.effort[steady, i] - rigid
     X = np.column_stack([np.sign(speed[steady]), qd_i[steady], np.ones(len(y))])
     theta, cov, r, cond, lag = ols_hac(X, y)
-    std = np.sqrt(np.diag(cov))
+    misfit = _speed_misfit(r, speed[steady])
+    std = np.sqrt(np.diag(cov)) * max(1.0, misfit['ratio'])
     if theta[0] <= 0 or theta[1] < -3 * std[1]:
         raise IdentificationError('not enough excitation', f'{joint}: fit gave Coulomb '
                                   f'{theta[0]:.4f} N*m, viscous {theta[1]:.4f} N*m*s/rad; '
                                   'the sweeps do not explain the torque')
     method = 'quasistatic constant-velocity sweeps, LS with Newey-West interval'
+    if misfit['flagged']:
+        method += (f'; MODEL MISFIT: the mean torque at {misfit["worst_speed"]:+.2f} rad/s is '
+                   f'{misfit["worst_residual"]:+.3f} N*m off the Coulomb + viscous line, '
+                   f'{misfit["ratio"]:.1f} x the noise floor (Stribeck friction, backlash or a '
+                   'torque-speed limit?); interval widened by that factor')
     est = {'coulomb_friction': _estimate('coulomb_friction', theta[0], std[0], 'N*m', method),
            'viscous_damping': _estimate('viscous_damping', theta[1], std[1], 'N*m*s/rad',
                                         method)}
     return Fit('friction', joint, est, float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r))),
                _r2(y, r), cond, len(y),
                {'torque_offset': float(theta[2]), 'hac_lag': lag,
-                'speeds': [float(v) for v in speeds]})
+                'speeds': [float(v) for v in speeds], 'misfit': misfit})
+
+
+MISFIT_RATIO = 4.0   # speed-group residuals this many times their noise floor: wrong model
+
+
+def _speed_misfit(r, speed):
+    """How far the model misses each speed's mean torque, against that mean's noise floor.
+
+    Coulomb + viscous friction is a straight line in speed per direction: with >= 2 speeds per
+    direction the group means of the residual must sit within their noise. The ratio is the
+    RMS of (group mean / its standard error), the standard error from the spread about the
+    group means with their own correlation time (the noise floor: a wrong model makes the
+    whole residual correlated, not the noise about each group's mean); a Stribeck dip,
+    backlash or a torque-speed limit bends the line and the ratio grows with the data instead
+    of staying ~1 (a Birge ratio).
+    """
+    about = r.copy()
+    for v in np.unique(speed):
+        about[speed == v] -= np.mean(r[speed == v])
+    lag = _decorrelation_lag(about)
+    z, worst = [], (0.0, 0.0, 0.0)
+    for v in np.unique(speed):
+        g = r[speed == v]
+        if g.size < 10:
+            continue
+        n_eff = max(1.0, g.size / max(lag, 1))
+        se = float(np.std(g)) / math.sqrt(n_eff)
+        mean = float(np.mean(g))
+        zi = abs(mean) / max(se, 1e-12)
+        z.append(zi)
+        if zi > worst[0]:
+            worst = (zi, float(v), mean)
+    ratio = float(np.sqrt(np.mean(np.square(z)))) if z else 0.0
+    return {'ratio': round(ratio, 3), 'worst_speed': worst[1],
+            'worst_residual': round(worst[2], 5), 'flagged': bool(ratio > MISFIT_RATIO)}
 
 
 def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None,

@@ -39,6 +39,12 @@ class NominalModel:
         m.dof_armature[self.dof] = 0.0
         m.dof_damping[self.dof] = 0.0
         m.dof_frictionloss[self.dof] = 0.0
+        # A floating-base robot is identified hanging in its gantry: the base is held (its
+        # velocity and acceleration stay zero here) and the feet touch nothing, so contacts
+        # are off (a standing pose's floor contact would otherwise enter the torques).
+        self.floating = bool(np.any(m.jnt_type == mujoco.mjtJoint.mjJNT_FREE))
+        if self.floating:
+            m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
         self.data = mujoco.MjData(m)
 
     @property

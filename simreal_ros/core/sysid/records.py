@@ -97,6 +97,16 @@ def result_documents(robot, fit, data_file):
                      'fit': {'residual_rms': round(fit.residual_rms, 6),
                              'r_squared': round(fit.r_squared, 6),
                              'condition': round(fit.condition, 2), 'samples': fit.samples}})
+        misfit = fit.notes.get('misfit') if isinstance(fit.notes, dict) else None
+        if misfit:
+            docs[-1]['fit']['misfit_ratio'] = misfit['ratio']
+            if misfit['flagged']:
+                docs[-1]['model_misfit'] = (
+                    f'{fit.joint}: the {fit.kind} model misses the measured torque by '
+                    f'{misfit["ratio"]:.1f} x the noise floor (worst at '
+                    f'{misfit["worst_speed"]:+.2f} rad/s: {misfit["worst_residual"]:+.3f} N*m); '
+                    'the joint has dynamics outside the model (Stribeck, backlash, a '
+                    'torque-speed limit): the interval is widened, do not trust the value alone')
     return docs
 
 

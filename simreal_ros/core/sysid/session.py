@@ -4,6 +4,14 @@ The node calls `command(t)` on its timer and `add_sample(...)` for every joint_s
 when a joint's experiment is over, `finish_joint()` hands back a closure that estimates (slow;
 the node runs it in a worker thread while it keeps commanding). `results()` gathers everything
 once all joints are done. Nothing is published unless the whole run completed.
+
+Disturbances: the node reports commands it published late, a safety_supervisor that stopped
+forwarding, or joint_states that arrived with a gap (`disturbed`). The next `command` then
+repeats the excitation segment the disturbance touched: the segment's rows already sent are
+relabelled as outside the excitation (never estimated from), a smooth approach from the
+measured pose leads back to the segment's start and the schedule continues from there. Each
+repeat is logged with its cause (`repeats`); after `max_repeats` per joint the run goes on
+with what it has, and an estimate that then fails says why.
 """
 import os
 import threading
@@ -11,10 +19,11 @@ import threading
 import numpy as np
 
 from simreal_ros.core.sysid import baselines
-from simreal_ros.core.sysid.design import design_for
+from simreal_ros.core.sysid.design import Experiment, _Builder, design_for
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
                                                estimate_friction, estimate_inertia,
                                                estimate_latency, row_at)
+from simreal_ros.core.sysid.model import NominalModel
 from simreal_ros.core.sysid.records import (latest_parameters, result_documents,
                                             run_basename, write_mcap)
 from simreal_ros.core.sysid.runner import JointResult, joint_params_from
@@ -24,7 +33,7 @@ class SysidSession:
     """Experiments of one kind on a list of joints, back to back."""
 
     def __init__(self, kind, settings, nominal, robot, joints, current_position, results_dir,
-                 physics_dt=0.001):
+                 physics_dt=0.001, max_repeats=6):
         self.kind = kind
         self.settings = settings
         self.nominal = nominal
@@ -46,6 +55,13 @@ class SysidSession:
         self._reset_log()
         self.results = []
         self.failures = []
+        self.max_repeats = int(max_repeats)
+        self.repeats = []     # {'joint', 'segment', 'cause', 'at_s'} per repeated segment
+        self._pending = None  # (since, cause, held) reported by the node, applied by command()
+        # Re-planning runs in the command loop while estimates of earlier joints run in
+        # workers: it gets its own copy of the model (MuJoCo data is not shared across threads).
+        path = getattr(nominal, 'model_path', None)
+        self._planner = NominalModel(path, nominal.names) if path else nominal
         self._lock = threading.Lock()
 
     def _reset_log(self):
@@ -69,8 +85,59 @@ class SysidSession:
             k = len(exp.t) - 1     # hold the last target while estimates finish
         else:
             k = int(row_at(exp.t, np.array([now - self.t0]))[0])
+            with self._lock:
+                pending, self._pending = self._pending, None
+            if pending is not None and self._repeat(k, *pending):
+                exp = self.experiment
+                k = int(row_at(exp.t, np.array([now - self.t0]))[0])
             self.cmd_log.append((now - self.t0, k))
         return exp.names, exp.position[k], exp.velocity[k], exp.effort[k]
+
+    def disturbed(self, since, cause, held=False):
+        """Note that from `since` (command clock) the commands were late or held (`held`: the
+        supervisor stopped forwarding them), or measurements missing; `command` repeats the
+        excitation segment this touched (thread-safe: any callback may call it)."""
+        if self.t0 is None or self.commanding_done:
+            return
+        with self._lock:
+            if self._pending is None:
+                self._pending = (since, cause, held)
+            else:
+                first, causes, was_held = self._pending
+                self._pending = (min(first, since), f'{causes}; {cause}', was_held or held)
+
+    def _repeat(self, k, since, cause, held):
+        """Re-plan the current experiment from row `k` after a disturbance; True if changed."""
+        exp = self.experiment
+        seg = exp.segment
+        k_since = int(row_at(exp.t, np.array([max(since - self.t0, 0.0)]))[0])
+        k_since = min(k_since, k)
+        touched = np.nonzero(seg[k_since:k + 1] >= 0)[0]
+        if touched.size:
+            first = k_since + int(touched[0])
+            s_id = seg[first]
+            resume = first
+            while resume > 0 and seg[resume - 1] == s_id:
+                resume -= 1
+        elif held:
+            resume = k        # no excitation lost, but the target must start from the robot
+        else:
+            return False
+        count = sum(1 for r in self.repeats if r['joint'] == exp.joint)
+        if count >= self.max_repeats:
+            self.repeats.append({'joint': exp.joint, 'segment': int(seg[resume]),
+                                 'cause': cause, 'at_s': round(float(exp.t[k]), 3),
+                                 'repeated': False})
+            return False
+        self.repeats.append({'joint': exp.joint, 'segment': int(seg[resume]), 'cause': cause,
+                             'at_s': round(float(exp.t[k]), 3), 'repeated': True})
+        start = exp.position[k]
+        if held and self.samples:
+            start = np.asarray(self.samples[-1][1], float)
+        self.experiments[self.index] = _replanned(exp, k, resume, start, self.settings,
+                                                  self._planner, cause)
+        self.total = sum(e.duration for e in self.experiments)
+        return True
 
     def first_command(self):
         """The first row (the pose the robot is at), sent while the run waits to begin."""
@@ -81,6 +148,12 @@ class SysidSession:
         """Log a measurement (joint order of the settings; stamp on the command clock)."""
         if self.t0 is not None and not self.commanding_done:
             self.samples.append((stamp - self.t0, q, qd, tau))
+
+    def last_sample_time(self, default):
+        """Time (command clock) of the newest sample of this joint, `default` when none."""
+        if self.t0 is None or not self.samples:
+            return default
+        return self.samples[-1][0] + self.t0
 
     def joint_over(self, now):
         return (self.t0 is not None and not self.commanding_done
@@ -96,10 +169,14 @@ class SysidSession:
             phase = 'estimating' if self.commanding_done else 'starting'
         spent = done + elapsed
         joint = self.experiment.joint
-        return {'experiment': self.kind, 'joint': joint, 'joint_index': self.index,
-                'joints': self.joints, 'phase': phase,
-                'percent': round(100.0 * spent / self.total, 1) if self.total else 100.0,
-                'time_left_s': round(max(self.total - spent, 0.0), 1)}
+        out = {'experiment': self.kind, 'joint': joint, 'joint_index': self.index,
+               'joints': self.joints, 'phase': phase,
+               'percent': round(100.0 * spent / self.total, 1) if self.total else 100.0,
+               'time_left_s': round(max(self.total - spent, 0.0), 1)}
+        if self.repeats:
+            out['repeats'] = len(self.repeats)
+            out['last_repeat'] = f'{self.repeats[-1]["joint"]}: {self.repeats[-1]["cause"]}'
+        return out
 
     def finish_joint(self):
         """Close the current joint's log; return a callable that estimates and stores results."""
@@ -155,14 +232,24 @@ class SysidSession:
                                        self.settings.max_latency_s, lim)
                 base = baselines.baseline_latency(rec, exp)
         except IdentificationError as exc:
+            repeats = [r for r in self.repeats if r['joint'] == joint]
+            detail = exc.detail
+            if repeats:
+                detail += (f' ({len(repeats)} disturbed segment(s) of this joint, '
+                           f'{sum(not r["repeated"] for r in repeats)} not repeated: '
+                           + '; '.join(sorted({r['cause'] for r in repeats})) + ')')
             with self._lock:
                 self.failures.append({'joint': joint, 'reason': exc.reason,
-                                      'detail': exc.detail, 'data_file': data_file})
+                                      'detail': detail, 'data_file': data_file,
+                                      'repeats': repeats})
             return
         docs = result_documents(self.robot, fit, data_file)
+        repeats = [r for r in self.repeats if r['joint'] == joint]
         for d in docs:
             if d['parameter'] in base:
                 d['seed_baseline'] = float(base[d['parameter']])
+            if repeats:
+                d['repeated_segments'] = repeats
         with self._lock:
             self.results.extend(docs)
 
@@ -181,3 +268,41 @@ class SysidSession:
         own.fits['inertia'] = estimate_inertia(rec, exp, self.nominal,
                                                self.settings.torque_limit[i])
         return joint_params_from(own, i, n)
+
+
+def _replanned(exp, k, resume, start, settings, nominal, cause):
+    """The experiment `exp` with rows after `k` replaced by an approach from `start` to row
+    `resume` and the rows from `resume` on; excitation rows in [resume, k] relabelled."""
+    b = _Builder(settings, exp.index, start)
+    b.approach(exp.position[resume])
+    b.hold(settings.settle_s)
+    pos = np.concatenate(b.pos)
+    vel = np.concatenate(b.vel)
+    if settings.gravity_feedforward:
+        eff = nominal.gravity(pos)
+    else:
+        eff = np.zeros_like(pos)
+    dt = 1.0 / settings.command_rate_hz
+    n_rec = len(pos)
+    t_rec = exp.t[k] + dt * np.arange(1, n_rec + 1)
+    shift = t_rec[-1] + dt - exp.t[resume]
+    seg = exp.segment[:k + 1].copy()
+    steady = exp.steady[:k + 1].copy()
+    speed = exp.target_speed[:k + 1].copy()
+    lost = np.arange(len(seg)) >= resume
+    seg[lost], steady[lost], speed[lost] = -1, False, 0.0
+    phases = [(s, n) for s, n in exp.phases if s <= exp.t[k]]
+    phases.append((float(t_rec[0]), f'repeat ({cause})'))
+    phases.append((float(exp.t[resume] + shift), exp.phase_at(exp.t[resume])))
+    phases += [(s + shift, n) for s, n in exp.phases if s > exp.t[resume]]
+    z = np.zeros(n_rec)
+    return Experiment(
+        exp.kind, exp.joint, exp.index, exp.names,
+        np.concatenate([exp.t[:k + 1], t_rec, exp.t[resume:] + shift]),
+        np.concatenate([exp.position[:k + 1], pos, exp.position[resume:]]),
+        np.concatenate([exp.velocity[:k + 1], vel, exp.velocity[resume:]]),
+        np.concatenate([exp.effort[:k + 1], eff, exp.effort[resume:]]),
+        np.concatenate([seg, np.full(n_rec, -1), exp.segment[resume:]]),
+        np.concatenate([steady, np.zeros(n_rec, bool), exp.steady[resume:]]),
+        np.concatenate([speed, z, exp.target_speed[resume:]]),
+        phases, exp.excitation_start)

@@ -1,0 +1,96 @@
+"""`simreal sysid plan`: the G1's gantry SysID fits its limits and ten minutes of robot time,
+and a robot file whose experiments would leave the SysID limits is refused before any motion."""
+import json
+import os
+
+from conftest import REPO
+from simreal_ros.client import cli
+
+G1 = os.path.join(REPO, 'config', 'robots', 'g1_12dof.yaml')
+
+
+def test_g1_legs_plan_inside_the_limits_within_ten_minutes(capsys):
+    assert cli.main(['sysid', 'plan', '--robot', G1, '--json']) == 0
+    plan = json.loads(capsys.readouterr().out)
+    rows = plan['experiments']
+    assert {r['kind'] for r in rows} == {'friction', 'inertia', 'latency'}
+    assert len({r['joint'] for r in rows}) == 12
+    assert all(r['violations'] == [] for r in rows), [r for r in rows if r['violations']]
+    assert all(r['peak_speed'] <= r['velocity_limit'] for r in rows)
+    assert all(r['peak_torque'] < r['torque_limit'] for r in rows)
+    assert 0 < plan['total_s'] <= 600.0
+    assert abs(plan['total_s'] - sum(r['duration_s'] for r in rows)) < 0.5
+    # Gravity of the hanging leg from the MJCF (contacts off, base held): the hip pitch
+    # carries the leg, the ankle roll almost nothing.
+    peak = {(r['kind'], r['joint']): r['peak_torque'] for r in rows}
+    assert peak[('friction', 'left_hip_pitch_joint')] > 20 * peak[('friction',
+                                                                   'left_ankle_roll_joint')]
+
+
+def test_a_plan_outside_the_limits_exits_1_and_names_it(tmp_path, capsys):
+    text = open(G1).read()
+    # The knee's SysID torque limit far below what holding the hanging shank takes.
+    old = 'torque_limit: [40.0, 60.0, 40.0, 60.0, 20.0, 20.0, 40.0, 60.0, 40.0, 60.0, 20.0, 20.0]'
+    assert old in text
+    bad = tmp_path / 'g1_bad.yaml'
+    bad.write_text(text.replace(old, old.replace('[40.0, 60.0, 40.0, 60.0', '[40.0, 60.0, '
+                                                 '40.0, 0.5'), 1))
+    assert cli.main(['sysid', 'plan', '--robot', str(bad)]) == 1
+    out = capsys.readouterr()
+    assert 'OUTSIDE' in out.out and 'left_knee_joint' in out.out
+    assert 'do not run them' in out.err
+
+
+def test_training_exports_carry_every_joint_value_and_the_delay_in_steps(tmp_path):
+    """isaaclab_actuators.py and legged_gym_params.py: valid Python, each joint's identified
+    armature, Coulomb and viscous friction, the PD gains kept apart from joint friction, the
+    latency as floor/ceil physics steps."""
+    import ast
+    import numpy as np
+    from simreal_ros.core.bridge.export import export_training
+    from simreal_ros.core.bridge.params import JointParams
+    names = ['left_knee_joint', 'left_ankle_roll_joint']
+    p = JointParams(names, damping=np.array([0.61, 0.2]), frictionloss=np.array([0.9, 0.31]),
+                    armature=np.array([0.035, 0.012]), latency_s=0.0063)
+    paths = export_training(str(tmp_path), 'g1.xml', p, 'g1_12dof', kp=[150.0, 40.0],
+                            kd=[4.0, 2.0], dt=0.005)
+    isaac = open(paths['isaaclab']).read()
+    tree = ast.parse(isaac)
+    calls = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == 'DelayedPDActuatorCfg':
+            kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            calls[kw['joint_names_expr'][0]] = kw
+    knee = calls['^left_knee_joint$']
+    assert (knee['armature'], knee['friction'], knee['viscous_friction']) == (0.035, 0.9, 0.61)
+    assert (knee['stiffness'], knee['damping']) == (150.0, 4.0)    # PD gains, not friction
+    assert (knee['min_delay'], knee['max_delay']) == (1, 2)         # 6.3 ms at 5 ms steps
+    assert 'N*m*s/rad' in isaac and 'Isaac Sim 4.5' in isaac
+    gym = {}
+    exec(compile(open(paths['legged_gym']).read(), 'legged_gym_params.py', 'exec'), gym)
+    assert gym['DOF_FRICTION'] == {'left_knee_joint': 0.9, 'left_ankle_roll_joint': 0.31}
+    assert gym['DOF_DAMPING']['left_ankle_roll_joint'] == 0.2
+    assert gym['DOF_ARMATURE']['left_knee_joint'] == 0.035
+    assert gym['ACTION_DELAY_PHYSICS_STEPS'] == 1 and gym['ACTION_DELAY_S'] == 0.0063
+
+
+def test_the_g1_hangs_on_a_fixed_base_feeling_gravity_and_touching_nothing():
+    """fixed_base_model: the base neither falls nor moves, no body touches the hanging legs
+    (a jointless base would collide with its children), and a limp leg swings down under
+    gravity (SimPlant.hang resets a free base each step, so the legs felt none)."""
+    import numpy as np
+    from simreal_ros.core.config import load_node_params, resolve_path
+    from simreal_ros.core.plant import SimPlant
+    sim = load_node_params(G1, 'sim_robot')
+    model = resolve_path(sim['model_path'], 'model_path')
+    names = list(sim['joint_names'])
+    plant = SimPlant(model, names, 0.002, [0.0] * 12, [0.0] * 12, fixed_base_lift=0.3)
+    assert not plant.floating_base
+    q = np.array([-0.6, 0.0, 0.0, 0.6, -0.2, 0.0, -0.1, 0.0, 0.0, 0.6, -0.2, 0.0])
+    plant.data.qpos[plant.qadr] = q
+    import mujoco
+    mujoco.mj_forward(plant.model, plant.data)
+    assert plant.data.ncon == 0, 'the hanging legs touch something'
+    plant.step(150)                           # 0.3 s limp (no command: damped by kd = 0)
+    moved = plant.measure(with_noise=False).position - q
+    assert moved[0] > 0.1, moved              # the raised left thigh falls back under gravity
