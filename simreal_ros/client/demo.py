@@ -33,6 +33,12 @@ from simreal_ros.client.demo_swing import (amp_text, amplitude_problems, clip_co
 LATER = ('friction_id', 'inertia_id', 'latency_id', 'sim_bridge')
 DEMO_DWELL_S = 1.5         # stage dwell for the demo (the robot files say 5 s)
 DEFAULT_DOMAIN = '71'
+# The demo's loop rate (sim_robot's joint_states and safety_supervisor's tick). The robot
+# files say 500 Hz, what a real arm or G1 runs; the demo runs seven Python processes on what
+# may be a 2-core laptop, and at 500 Hz sim_robot and the supervisor alone took a core there
+# (bench/cpu_budget.py, 2026-11-25: 52.7 % and 50.0 % of a core) and starved the policy and
+# SysID streams into stale trips. --rate-hz 500 runs the robot file's rate.
+DEMO_RATE_HZ = 250.0
 
 
 RETRY_ON = ('e-stop', 'joint_states stale')   # SysID stops worth another attempt
@@ -48,9 +54,10 @@ class Skip(Exception):
 class Demo:
     """Run the steps in order, print progress, keep the summary rows."""
 
-    def __init__(self, robot, out, fast=False, rtf=1.0):
+    def __init__(self, robot, out, fast=False, rtf=1.0, rate_hz=None):
         self.robot = robot
         self.rtf = rtf
+        self.rate_hz = rate_hz    # None: the robot file's rates
         self.out = Path(out)
         self.fast = fast
         self.rows = []            # (step, status, detail, seconds)
@@ -132,6 +139,9 @@ class Demo:
         if 'sim_bridge' in probe.names():
             overrides['sim_bridge'] = {'recordings_dir': str(self.out / 'sysid'),
                                        'export_dir': str(self.out / 'export')}
+        if self.rate_hz:
+            overrides.setdefault('sim_robot', {})['publish_rate_hz'] = float(self.rate_hz)
+            overrides['safety_supervisor']['rate_hz'] = float(self.rate_hz)
         sim_time = self.rtf != 1.0
         if sim_time:   # every node on sim_robot's /clock: a slow machine slows the clock
             overrides.setdefault('sim_robot', {})['real_time_factor'] = self.rtf
@@ -633,6 +643,9 @@ def main(argv=None):
     parser.add_argument('--rtf', type=float, default=1.0,
                         help='real-time factor of sim_robot; != 1 puts every node on /clock '
                         '(for a loaded machine, e.g. 0.5)')
+    parser.add_argument('--rate-hz', type=float, default=DEMO_RATE_HZ,
+                        help='joint_states and supervisor tick rate (default %(default)g; the '
+                        'robot file says 500: 0 runs that)')
     parser.add_argument('--out', default='', help='results folder (default results/demo-<time>)')
     args = parser.parse_args(argv)
     from simreal_ros.nodes.common import localhost_discovery
@@ -643,7 +656,7 @@ def main(argv=None):
     print(f'simreal_ros demo on {args.robot}: ROS_DOMAIN_ID={os.environ["ROS_DOMAIN_ID"]}, '
           f'discovery {os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]}, results in {out}. '
           'E-stop at any time: simreal estop', flush=True)
-    demo = Demo(args.robot, out, fast=args.fast, rtf=args.rtf)
+    demo = Demo(args.robot, out, fast=args.fast, rtf=args.rtf, rate_hz=args.rate_hz or None)
     # SysID runs first, as on a real robot (suspended, before any policy motion): its commands
     # have their own limits, which the policy's stage does not scale.
     steps = [
