@@ -80,6 +80,7 @@ class Supervisor(Inputs, Latch):
         self._tokens = {s: None for s in SOURCES}     # (tokens, time): the rate's bucket
         self._rate_window = {s: [None, 0, None] for s in SOURCES}   # start, count, last Hz
         self.slot_output = None      # the output sent on input in this tick slot (or None)
+        self.slot_time = None        # when it was sent (the supervisor's clock)
         self._slot_clipped = False
         self._slot_deferred = False  # a command waited for the tick (its slot was taken)
         self.deferred_inputs = 0     # commands not forwarded on input: their slot was taken
@@ -271,14 +272,18 @@ class Supervisor(Inputs, Latch):
 
         One output per tick slot: the one sent on input replaces the tick's (tick_output
         then sends nothing unless the output turns safe), so a source publishing faster than
-        the supervisor never multiplies the rate a driver sees.
+        the supervisor never multiplies the rate a driver sees. A slot is one tick period
+        of the supervisor's clock: a command a period or more after the last one sent on
+        input opens the next slot even when the tick is late, so a lockstep simulator
+        (whose /clock, and so the supervisor's tick, waits for this very command) is never
+        kept waiting on a tick that cannot come.
         """
-        if self.slot_output is not None:
+        if self.slot_output is not None and now - self.slot_time < self.cfg.period_s * 0.999:
             self.deferred_inputs += 1
             self._slot_deferred = True
             return None
         out = self.tick(now, count=False, wall=wall)
-        self.slot_output = out
+        self.slot_output, self.slot_time = out, now
         self._slot_deferred = False     # this output carries the newest command
         return out
 
