@@ -48,9 +48,13 @@ def two_robots(tmp_path):
             logs[ns] = open(tmp_path / f'{ns}.log', 'w+')
             # status_markers and the SysID nodes on one robot
             rviz = ['--rviz', '--sysid'] if ns == 'left' else []
+            # Two whole graphs on what may be 2 cores: the loops at 250 Hz (the robot file
+            # says 500) leave each robot's watchdogs their margin; the namespaces are the test.
+            rates = ['--param', 'sim_robot:publish_rate_hz=250',
+                     '--param', 'safety_supervisor:rate_hz=250']
             ups[ns] = subprocess.Popen(
                 [sys.executable, '-m', 'simreal_ros.client.cli', '-n', ns, 'up', '--policy', policy]
-                + rviz,
+                + rviz + rates,
                 cwd=REPO, stdout=logs[ns], stderr=subprocess.STDOUT, env=env)
         for ns in ups:
             wait_for(lambda: simreal('-n', ns, 'status', env=env)[0] == 0, 120, interval=1.0,

@@ -343,12 +343,33 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def param_overrides(items, overrides=None):
+    """{node: {name: value}} from --param NODE:NAME=VALUE items (values read as YAML)."""
+    import yaml
+    out = {k: dict(v) for k, v in (overrides or {}).items()}
+    for item in items or ():
+        target, eq, value = item.partition('=')
+        node, colon, name = target.partition(':')
+        if not (eq and colon and node and name and value):
+            raise ConfigError(f'--param {item!r}: use NODE:NAME=VALUE, e.g. '
+                             'safety_supervisor:rate_hz=250')
+        out.setdefault(node, {})[name] = yaml.safe_load(value)
+    return out
+
+
 def graph_from_args(args, overrides=None):
     from simreal_ros.deploy.graph import build_graph
-    return build_graph(args.robot, policy=args.policy or '', use_sim=not args.no_sim,
-                       sysid=args.sysid, use_sim_time=args.use_sim_time,
-                       namespace=args.namespace, overrides=overrides,
-                       driver=getattr(args, 'driver', ''), markers=getattr(args, 'rviz', False))
+    given = param_overrides(getattr(args, 'param', None))
+    graph = build_graph(args.robot, policy=args.policy or '', use_sim=not args.no_sim,
+                        sysid=args.sysid, use_sim_time=args.use_sim_time,
+                        namespace=args.namespace,
+                        overrides=param_overrides(getattr(args, 'param', None), overrides) or None,
+                        driver=getattr(args, 'driver', ''), markers=getattr(args, 'rviz', False))
+    unknown = sorted(set(given) - set(graph.names()))
+    if unknown:
+        raise ConfigError(f'--param names {unknown}, not in this graph (its nodes: '
+                          f'{", ".join(graph.names())})')
+    return graph
 
 
 def cmd_up(args, _ros=None):
@@ -470,6 +491,7 @@ def cmd_import(args, _ros=None):
 def cmd_demo(args, _ros=None):
     from simreal_ros.client import demo
     return demo.main(['--robot', args.robot, '--rtf', str(args.rtf)]
+                     + (['--rate-hz', str(args.rate_hz)] if args.rate_hz is not None else [])
                      + (['--fast'] if args.fast else []))
 
 
@@ -490,6 +512,9 @@ def build_parser():
                             'over loopback)')
         p.add_argument('--sysid', action='store_true', help='start SysID nodes and sim_bridge')
         p.add_argument('--use-sim-time', action='store_true', help='every node on /clock')
+        p.add_argument('--param', action='append', default=[], metavar='NODE:NAME=VALUE',
+                       help='set one node parameter over the robot file (YAML value), e.g. '
+                       'safety_supervisor:rate_hz=250; repeatable')
 
     p = sub.add_parser('up', help='start the graph (same as deploy.launch.py); Ctrl-C stops it')
     graph_args(p)
@@ -598,6 +623,8 @@ def build_parser():
     p.add_argument('--fast', action='store_true', help='shorter experiments')
     p.add_argument('--rtf', type=float, default=1.0, help='sim real-time factor (loaded '
                    'machine: 0.5; every node then runs on /clock)')
+    p.add_argument('--rate-hz', type=float, default=None, help='joint_states and supervisor '
+                   "tick rate (the demo's default 250; 0: the robot file's)")
     return parser
 
 
