@@ -65,6 +65,11 @@ def stop_graph(procs, timeout=15.0):
         try:
             proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
+            try:    # its threads' stacks into its log (run() prints them on SIGUSR1), then kill
+                proc.send_signal(signal.SIGUSR1)
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
             proc.kill()
             proc.wait()
         codes[spec.name] = proc.returncode

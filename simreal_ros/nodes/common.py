@@ -473,6 +473,7 @@ def run(node_class, args=None):
     """
     from rclpy.signals import SignalHandlerOptions
     stop = _Stop()
+    _stacks_on_sigusr1()
     transport = prefer_udp_transport()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     node = None
@@ -516,6 +517,17 @@ def run(node_class, args=None):
     if stop.signal is not None and code == 0:
         print(f'[{name}] finished cleanly', file=sys.stderr, flush=True)
     return code
+
+
+def _stacks_on_sigusr1():
+    """SIGUSR1 prints every thread's Python stack to stderr (the node's log): what a process
+    that does not stop on SIGTERM is doing (stop_graph sends it before SIGKILL)."""
+    import faulthandler
+    import signal
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, RuntimeError):   # no SIGUSR1 here, or not main thread
+        pass
 
 
 def _before_shutdown(node, name):
