@@ -137,6 +137,22 @@ def test_without_forward_on_tick_a_command_that_waited_goes_out_on_the_tick():
     assert n.sup.tick_output(n.t, forward_on_tick=False) is None   # nothing new
 
 
+def test_a_command_a_period_after_the_last_one_opens_its_own_slot_without_a_tick():
+    """Lockstep: the supervisor's tick follows /clock, and /clock waits for the command
+    stepping the simulator. A command a tick period after the last one sent on input goes
+    out at once, tick or not; one inside that period still waits (one output per slot)."""
+    n = Node()
+    start(n)
+    sent = len(n.sent)
+    for k in range(5):      # no tick in between: each command a period later
+        n.t += PERIOD
+        n.command((0.001 * (k + 1), 0.0, 0.0))
+        assert len(n.sent) == sent + k + 1 and n.sent[-1][2] == 'input', k
+    n.t += PERIOD / 2
+    n.command((0.006, 0.0, 0.0))
+    assert len(n.sent) == sent + 5 and n.sup.deferred_inputs == 1
+
+
 # -- the rate limit's clock: the source's stamps, not the scheduler ----------------------------
 def _ramp(n, speed, burst_at=None, lie=1.0):
     """100 Hz stamped commands of a ramp at `speed` rad/s; at `burst_at` (tick) the source
