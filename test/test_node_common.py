@@ -284,3 +284,24 @@ def test_results_recordings_and_exports_are_per_robot_under_a_namespace(tmp_path
                         node.destroy_node()
                 finally:
                     rclpy.try_shutdown()
+
+
+@pytest.mark.ros
+def test_an_integer_for_a_floating_point_parameter_is_a_configuration_error_naming_it():
+    """`rate_hz: 250` in a robot file (or `--param safety_supervisor:rate_hz=250`): the node
+    says which parameter and how to write it, and exits 2, instead of a traceback."""
+    import rclpy
+    from rclpy.parameter import Parameter
+    from simreal_ros.nodes.common import declare
+    rclpy.init()
+    try:
+        node = rclpy.create_node('typed', parameter_overrides=[
+            Parameter('rate_hz', Parameter.Type.INTEGER, 250)])
+        with pytest.raises(ConfigError) as err:
+            declare(node, 'rate_hz', 500.0, 'tick rate (Hz)', low=1.0)
+        assert 'typed parameter rate_hz' in str(err.value) and '250.0 rather than 250' in \
+            str(err.value)
+        assert declare(node, 'other_hz', 500.0, 'a rate') == 500.0
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown()

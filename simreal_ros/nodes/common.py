@@ -46,7 +46,13 @@ def declare(node, name, default, description, *, low=None, high=None, read_only=
             desc.floating_point_range = [FloatingPointRange(
                 from_value=float(low if low is not None else -math.inf),
                 to_value=float(high if high is not None else math.inf), step=0.0)]
-    return node.declare_parameter(name, default, desc).value
+    from rclpy.exceptions import InvalidParameterTypeException
+    try:
+        return node.declare_parameter(name, default, desc).value
+    except InvalidParameterTypeException as exc:
+        hint = (' (a floating-point parameter: write the value with a decimal point, '
+                '250.0 rather than 250)' if isinstance(default, float) else '')
+        raise ConfigError(f'{node.get_name()} parameter {name}: {exc}{hint}') from None
 
 
 def set_process_nice(nice):
