@@ -428,13 +428,13 @@ def test_up_param_sets_a_node_parameter_over_the_robot_file(capsys):
     """`simreal up --param NODE:NAME=VALUE` reaches that node's overlay (YAML values); a
     malformed item or a node not in the graph is a configuration error, nothing started."""
     from simreal_ros.client import cli
-    assert cli.main(['up', '--dry-run', '--param', 'safety_supervisor:rate_hz=250',
-                     '--param', 'sim_robot:publish_rate_hz=250']) == 0
+    assert cli.main(['up', '--dry-run', '--param', 'safety_supervisor:rate_hz=250.0',
+                     '--param', 'sim_robot:publish_rate_hz=250.0']) == 0
     out = capsys.readouterr().out
-    assert 'safety_supervisor  set rate_hz=250' in out and 'publish_rate_hz=250' in out
+    assert 'safety_supervisor  set rate_hz=250.0' in out and 'publish_rate_hz=250.0' in out
     assert cli.param_overrides(['policy_runner:joints=[a, b]']) == \
         {'policy_runner': {'joints': ['a', 'b']}}
     assert cli.main(['up', '--dry-run', '--param', 'no_such_node:x=1']) == 2
     assert "--param names ['no_such_node'], not in this graph" in capsys.readouterr().err
-    assert cli.main(['up', '--dry-run', '--param', 'rate_hz=250']) == 2
+    assert cli.main(['up', '--dry-run', '--param', 'rate_hz=250.0']) == 2
     assert 'use NODE:NAME=VALUE' in capsys.readouterr().err

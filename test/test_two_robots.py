@@ -49,9 +49,13 @@ def two_robots(tmp_path):
             # status_markers and the SysID nodes on one robot
             rviz = ['--rviz', '--sysid'] if ns == 'left' else []
             # Two whole graphs on what may be 2 cores: the loops at 250 Hz (the robot file
-            # says 500) leave each robot's watchdogs their margin; the namespaces are the test.
-            rates = ['--param', 'sim_robot:publish_rate_hz=250',
-                     '--param', 'safety_supervisor:rate_hz=250']
+            # says 500), and joint_states may be 0.5 s old (0.2 in the file): eleven Python
+            # processes starting at once stalled right's joint_states for 204 ms and e-stopped
+            # it (rightly: test_safety_node_faults tests that watchdog). The namespaces are
+            # the test here.
+            rates = ['--param', 'sim_robot:publish_rate_hz=250.0',
+                     '--param', 'safety_supervisor:rate_hz=250.0',
+                     '--param', 'safety_supervisor:joint_states_timeout_s=0.5']
             ups[ns] = subprocess.Popen(
                 [sys.executable, '-m', 'simreal_ros.client.cli', '-n', ns, 'up', '--policy', policy]
                 + rviz + rates,
@@ -182,8 +186,11 @@ def test_sysid_on_one_robot_while_the_other_deploys(two_robots):
                  what='right forwarding its policy')
     except AssertionError as exc:
         raise AssertionError(f'{exc}; right: {state_of("right", env)}') from None
-    code, out = simreal('-n', 'left', 'sysid', 'latency', '--joints', 'elbow_pitch', env=env,
-                        timeout=300)
+    for attempt in range(2):   # a disturbed experiment (a stall of the machine) once more
+        code, out = simreal('-n', 'left', 'sysid', 'latency', '--joints', 'elbow_pitch',
+                            env=env, timeout=300)
+        if code == 0 or 'disturbed segment' not in out:
+            break
     assert code == 0 and 'latency_id: ok' in out, out
     right = state_of('right', env)
     assert not right['estop'] and right['output'] == 'forwarding', right

@@ -352,7 +352,7 @@ def param_overrides(items, overrides=None):
         node, colon, name = target.partition(':')
         if not (eq and colon and node and name and value):
             raise ConfigError(f'--param {item!r}: use NODE:NAME=VALUE, e.g. '
-                             'safety_supervisor:rate_hz=250')
+                             'safety_supervisor:rate_hz=250.0')
         out.setdefault(node, {})[name] = yaml.safe_load(value)
     return out
 
@@ -514,7 +514,7 @@ def build_parser():
         p.add_argument('--use-sim-time', action='store_true', help='every node on /clock')
         p.add_argument('--param', action='append', default=[], metavar='NODE:NAME=VALUE',
                        help='set one node parameter over the robot file (YAML value), e.g. '
-                       'safety_supervisor:rate_hz=250; repeatable')
+                       'safety_supervisor:rate_hz=250.0; repeatable')
 
     p = sub.add_parser('up', help='start the graph (same as deploy.launch.py); Ctrl-C stops it')
     graph_args(p)
