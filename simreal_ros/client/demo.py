@@ -39,6 +39,11 @@ DEFAULT_DOMAIN = '71'
 # (bench/cpu_budget.py, 2026-11-25: 52.7 % and 50.0 % of a core) and starved the policy and
 # SysID streams into stale trips. --rate-hz 500 runs the robot file's rate.
 DEMO_RATE_HZ = 250.0
+# The policy's watchdog in the demo: 100 ms (arm3.yaml says 60 ms, three periods of a 50 Hz
+# policy). A policy command carries its observation's stamp; in a fresh-clone CI run on the
+# 2-core machine, at 250 Hz, that stamp was 60-67 ms old 58 times in 200 s (median 9.6 ms,
+# p99 35 ms), and each trip demoted the stage: the demo never reached 1.00 in its time.
+DEMO_POLICY_TIMEOUT_S = 0.1
 
 
 RETRY_ON = ('e-stop', 'joint_states stale')   # SysID stops worth another attempt
@@ -126,7 +131,8 @@ class Demo:
             'policy_runner': dict({'policy_path': str(policy)},
                                   **({'cmd_vel_timeout_s': 2.0} if self.swing else {})),
             'safety_supervisor': {'stage_dwell_s': [DEMO_DWELL_S], 'resume_stage': False,
-                                  'stage_file': str(self.out / 'stages.json')},
+                                  'stage_file': str(self.out / 'stages.json'),
+                                  'policy_timeout_s': DEMO_POLICY_TIMEOUT_S},
         }
         probe = build_graph(self.robot, sysid=True, check_files=False)
         for name in ('friction_id', 'inertia_id', 'latency_id'):
