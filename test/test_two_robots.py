@@ -192,8 +192,16 @@ def test_sysid_on_one_robot_while_the_other_deploys(two_robots):
         if code == 0 or 'disturbed segment' not in out:
             break
     assert code == 0 and 'latency_id: ok' in out, out
+    # Right was never e-stopped nor switched, and forwards its policy: a moment of safe output
+    # (its policy stale for a tick while the machine runs two graphs and an experiment) is
+    # load, and ends by itself.
     right = state_of('right', env)
-    assert not right['estop'] and right['output'] == 'forwarding', right
+    assert not right['estop'] and right['mode'] == 'policy' and right['estops'] == 0, right
+    try:
+        wait_for(lambda: state_of('right', env)['output'] == 'forwarding', 20, interval=0.5,
+                 what='right forwarding after the experiment')
+    except AssertionError as exc:
+        raise AssertionError(f'{exc}; right: {state_of("right", env)}') from None
     assert state_of('left', env)['mode'] == 'policy'   # the SysID client hands it back
     sysid = os.path.join(env['HOME'], '.ros', 'simreal_ros', 'sysid')
     mine = sorted(os.listdir(os.path.join(sysid, 'left')))
