@@ -145,15 +145,30 @@ def test_the_remote_buttons_round_trip_and_unknown_names_are_refused():
 
 def test_a_sample_crosses_cyclonedds_on_loopback():
     domain = (int(os.environ.get('ROS_DOMAIN_ID', '0')) + 150) % 233
-    wire = dds.Wire(domain, 'lo')
-    key = ('unitree_hg', 'LowState_')
-    reader = wire.reader(*key, dds.TOPIC_STATE, depth=4)
-    writer = wire.writer(*key, dds.TOPIC_STATE)
-    rec = random_record(key, 11)
-    got, deadline = [], time.monotonic() + 10
-    while not got and time.monotonic() < deadline:
-        writer.write(rec)
-        time.sleep(0.05)
-        got = reader.take()
+    with dds.Wire(domain, 'lo') as wire:
+        key = ('unitree_hg', 'LowState_')
+        reader = wire.reader(*key, dds.TOPIC_STATE, depth=4)
+        writer = wire.writer(*key, dds.TOPIC_STATE)
+        rec = random_record(key, 11)
+        got, deadline = [], time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            writer.write(rec)
+            time.sleep(0.05)
+            got = reader.take()
     assert got, 'no sample taken within 10 s'
     assert got[-1].tobytes() == rec.tobytes() and unitree.crc_ok(got[-1])
+
+
+def test_a_closed_wire_frees_its_domain_for_the_next_one_in_this_process():
+    # A domain id takes one configuration per process while its domain lives; a failed test's
+    # traceback kept one alive, and the next test's Wire on that id was refused.
+    domain = (int(os.environ.get('ROS_DOMAIN_ID', '0')) + 151) % 233
+    first = dds.Wire(domain, 'lo')
+    try:
+        with pytest.raises(Exception, match='PRECONDITION_NOT_MET'):
+            dds.Wire(domain, 'lo', multicast=False)
+    finally:
+        first.close()
+    first.close()   # twice is harmless
+    with dds.Wire(domain, 'lo', multicast=False) as second:
+        assert second.writer('unitree_hg', 'LowCmd_', dds.TOPIC_CMD).matched() == 0

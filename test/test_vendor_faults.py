@@ -122,3 +122,4 @@ def test_what_the_vendor_simulator_gets_when_each_part_fails(ros):
         finally:
             stop.set()
             tap.close()
+            wire.close()

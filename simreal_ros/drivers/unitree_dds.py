@@ -411,6 +411,22 @@ class Wire:
         self.participant = DomainParticipant(self.domain_id)
         self._write, self._take = _raw_io()
 
+    def close(self):
+        """Delete the participant and the domain now (and with them every reader and writer
+        made here). Left to the garbage collector, a domain outlives a failed test, whose
+        traceback holds it, and the next `Wire` on the same domain id in this process is
+        refused (DDS_RETCODE_PRECONDITION_NOT_MET: one configuration per domain)."""
+        for entity in (getattr(self, 'participant', None), getattr(self, '_domain', None)):
+            if entity is not None:
+                entity.__del__()   # cyclonedds' own delete; idempotent (its GC call returns)
+        self.participant = self._domain = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def writer(self, interface, message, topic):
         return RawWriter(self, interface, message, topic)
 
