@@ -150,3 +150,16 @@ def test_sysid_run_asks_again_while_a_fresh_node_has_not_seen_joint_states(monke
     calls.clear()
     result = sysid_client.run(Ros(), 'friction_id', timeout=10.0)
     assert not result['ok'] and calls == ['friction_id/start'] and 'effort' in result['message']
+
+
+def test_the_status_says_why_the_stage_dwell_last_restarted():
+    from simreal_ros.client.cli import format_status
+    state = {'stage': {'stage': 0.5, 'stages': [0.25, 0.5, 1.0], 'stage_index': 1,
+                       'clean_for_s': 0.4, 'dwell_needed_s': 2.0,
+                       'last_fault': {'time': 12.5, 'cause': 'limit: rate clipped for a (asked '
+                                                             '50 rad/s over 2 ms)'}}}
+    lines = format_status(state, {})
+    assert 'last fault  : limit: rate clipped for a (asked 50 rad/s over 2 ms) (at 12.500 s)' \
+        in lines
+    del state['stage']['last_fault']
+    assert not any(line.startswith('last fault') for line in format_status(state, {}))

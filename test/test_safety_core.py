@@ -369,6 +369,10 @@ def test_rate_limit_allows_the_time_since_the_target_last_moved():
     out = r.step(pos=(target, 0.0))
     assert out.position[0] == pytest.approx(start + 10.0 * 0.012)
     assert r.sup.status(r.t)['clips']['rate'] == {'a': 2}
+    # The latest fault says what was asked and over what time: the target still 0.08 rad
+    # short of its command gets one tick (2 ms) more, after a step at the 10 rad/s limit.
+    cause = r.sup.status(r.t)['stage']['last_fault']['cause']
+    assert 'rate clipped for a (asked 50 rad/s over 2 ms, previous 10 rad/s; limits 10' in cause
     # Credit is capped by the source's timeout (60 ms), however long the target stood still.
     for _ in range(200):
         out = r.step(pos=(target, 0.0))

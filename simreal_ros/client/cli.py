@@ -111,6 +111,9 @@ def format_status(state, diags):
         f'{stage.get("dwell_needed_s")} s',
         f'clipped     : {state.get("clipped_outputs")} outputs; rejected {state.get("rejected")}',
     ]
+    if stage.get('last_fault'):
+        lines.append(f'last fault  : {stage["last_fault"]["cause"]} '
+                     f'(at {stage["last_fault"]["time"]:.3f} s)')
     bringup = state.get('bringup') or {}
     if bringup.get('phase', 'idle') != 'idle':
         lines.append(f'bring-up    : {bringup["phase"]} ({100 * bringup.get("progress", 0):.0f} % '

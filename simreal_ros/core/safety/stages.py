@@ -61,6 +61,7 @@ class StageMachine:
         self.index = 0
         self.highest = 0
         self.transitions = []
+        self.last_fault = None     # the latest fault, demoting or not: why the dwell restarted
         self.clean_s = 0.0
         self._accrue_at = None   # time of the last clean tick (None: the last tick was not)
         self.last_demotion = -math.inf
@@ -104,6 +105,7 @@ class StageMachine:
         """Note a fault of `kind` ('limit', 'watchdog', 'estop', 'rejected'); maybe demote."""
         now = float(now)
         self.faults += 1
+        self.last_fault = {'time': round(now, 6), 'cause': f'{kind}: {detail}' if detail else kind}
         self.clean_s = 0.0
         self._accrue_at = None
         if kind not in self.demote_on or self.index == 0:

@@ -429,7 +429,8 @@ class Supervisor(Inputs, Latch):
             if self.mode == 'policy':
                 self._stage_fault('limit', now, '/'.join(kinds) + ' clipped for '
                                   + ', '.join(self._names_idx(cmd.index[np.any(
-                                      np.stack(list(clips.values())), axis=0)])))
+                                      np.stack(list(clips.values())), axis=0)]))
+                                  + self._motion_figures(cmd, clips, dt, rate, limits))
         self._remember_target(out, now, dt, src, cmd)
         self._used[self.mode] = True
         self._slot_clipped = clipped
@@ -607,6 +608,24 @@ class Supervisor(Inputs, Latch):
     def _names(self, mask):
         return [self.names[i] for i in np.flatnonzero(mask)]
 
+    def _motion_figures(self, cmd, clips, dt, rate, limits):
+        """For a rate or acceleration clip: what the command asked of the first such joint
+        (the step's rate over the time allowed, the target's previous rate, the limits), so
+        an operator can tell a command too fast from a step measured over too short a time."""
+        moving = clips['rate'] | clips['acceleration']
+        if cmd.position is None or not moving.any():
+            return ''
+        k = int(np.argmax(moving))
+        j = int(cmd.index[k])
+        step_dt = float(np.asarray(dt, dtype=float)[j]) if np.ndim(dt) else float(dt)
+        prev = self.previous_target[j]
+        if not np.isfinite(prev) or step_dt <= 0:
+            return ''
+        asked = (float(cmd.position[k]) - prev) / step_dt
+        return (f' (asked {asked:.3g} rad/s over {step_dt * 1e3:.3g} ms, previous '
+                f'{float(rate[j]):.3g} rad/s; limits {limits.max_target_rate[j] * self.scale:.3g}'
+                f' rad/s, {limits.max_target_accel[j] * self.scale:.3g} rad/s^2)')
+
     def _names_idx(self, idx):
         return [self.names[i] for i in idx]
 
@@ -626,6 +645,7 @@ class Supervisor(Inputs, Latch):
         stage = self.stage.to_dict()
         stage['transitions'] = stage['transitions'][-10:]
         stage['clean_for_s'] = round(self.stage.clean_for(now), 3)
+        stage['last_fault'] = self.stage.last_fault
         stage['dwell_needed_s'] = self.stage.dwell[self.stage.index]
         owner_age = (None if self.sysid_owner is None
                      else round((now - self.sysid_owner_seen) * 1e3, 1))
