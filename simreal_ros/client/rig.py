@@ -260,8 +260,12 @@ class SafetyProbe:
         # beside a policy_runner is a rogue to the supervisor.
         self.policy = None
         self._command_qos = COMMAND_QOS
-        self.node.create_subscription(JointState, 'hardware/command', self._on_output,
-                                      record_qos())
+        from rclpy.subscription import Subscription
+        # Jazzy's rclpy and later pass the message info to a callback that takes two
+        # arguments (one with a default is called with the message only); Humble's has none.
+        on_output = (self._on_output_info if hasattr(Subscription, 'CallbackType')
+                     else self._on_output)
+        self.node.create_subscription(JointState, 'hardware/command', on_output, record_qos())
         self.node.create_subscription(String, 'safety/state', self._on_state, LATCHED_QOS)
         self.node.create_subscription(JointState, 'joint_states', self._on_joint_states,
                                       SENSOR_SUB_QOS)
@@ -275,10 +279,12 @@ class SafetyProbe:
         self.thread = threading.Thread(target=self._policy_loop, daemon=True)
         self.thread.start()
 
-    def _on_output(self, msg, info=None):
-        # With two parameters rclpy passes the message info: the writer's source timestamp
-        # is when the supervisor published, free of this process's scheduling delays.
-        sent = info['source_timestamp'] * 1e-9 if info else math.nan
+    def _on_output_info(self, msg, info):
+        # The writer's source timestamp is when the supervisor published, free of this
+        # process's scheduling delays.
+        self._on_output(msg, info['source_timestamp'] * 1e-9)
+
+    def _on_output(self, msg, sent=math.nan):
         with self.lock:
             self.outputs.append((time.monotonic(), msg))
             self.output_sent.append(sent)
