@@ -210,6 +210,35 @@ def test_a_source_whose_stamps_run_fast_cannot_buy_rate():
     assert travelled <= 1.0 * (n.t - t0 + 2 * 0.06) + 1e-9
 
 
+def test_a_smooth_command_stamped_just_after_the_last_is_not_an_acceleration():
+    # A 2 kHz source that runs late stamps some commands off its grid (bench/safety_faults.py
+    # policy_flood): here one 14 us after the command before. Between two secants of a smooth
+    # curve the rate differs by the curvature over the previous step (50 rad/s^2 x 1 ms);
+    # divided by 14 us that read as 3,500 rad/s^2 and was clipped. An output goes out at
+    # most once per tick period, so the rate may change by the limit x one period per output.
+    n = Node(max_target_rate=[10.0] * 3, max_target_accel=[100.0] * 3)
+    start(n)
+    n.sup.stage.index = 1
+    s0, curve = n.t, 50.0             # rad/s^2, half the limit
+
+    def at(stamp):
+        return (0.5 * curve * (stamp - s0) ** 2, 0.0, 0.0)
+    for _ in range(40):
+        n.tick()
+        n.command(at(n.t), stamp=n.t)
+    n.t += 14e-6
+    last = n.t
+    n.command(at(last), stamp=last)   # slot taken: it waits for the tick
+    n.tick()
+    n.tick()
+    assert n.sup.clips['acceleration'][0] == 0, n.sup.status(n.t)['stage']['last_fault']
+    assert n.sup.stage.scale == 1.0
+    # ... while a true change of rate within one period is still clipped.
+    n.command((n.sup.previous_target[0] + 0.012, 0.0, 0.0), stamp=last + 0.002)  # 4 -> 6 rad/s
+    n.tick()
+    assert n.sup.clips['acceleration'][0] == 1
+
+
 # -- coverage and naming: every joint on every tick ----------------------------------------------
 FAST = dict(max_target_rate=[10.0] * 3, max_target_accel=[])
 

@@ -229,14 +229,18 @@ def torque_window(limits, scale, index, dq):
     return lo, hi
 
 
-def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate=None):
+def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate=None,
+                   accel_dt_floor=0.0):
     """Return (safe command, clips) for a validated command at state (q, dq).
 
     `previous_target` holds the last forwarded position target per joint (NaN = none, then the
     rate limit starts from the measured position); `dt` (s, one value or one per robot joint)
     is how long the rate limit may move it for; `previous_rate` (per robot joint, NaN or None =
     unknown: the measured velocity) is the target's last rate of change, for the
-    acceleration limit.
+    acceleration limit, which allows a change of rate of the limit times `dt`, or times
+    `accel_dt_floor` when that is longer (the supervisor's tick period: an output follows the
+    one before by at least a period, whatever the two commands' stamps say; a smooth command
+    stamped microseconds after the one before would otherwise read as a huge acceleration).
     `clips` maps each kind in KINDS to a bool array over cmd.index (True = clipped).
     """
     if not 0.0 < scale <= 1.0:
@@ -285,7 +289,8 @@ def filter_command(limits, scale, cmd, q, dq, previous_target, dt, previous_rate
                 np.isfinite(previous_rate[i]), previous_rate[i], dqi)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
                 want = want0 = np.where(limited, (r - prev) / np.where(dt > 0, dt, 1.0), 0.0)
-                v = _clip(want, r0 - amax * dt, r0 + amax * dt)
+                dt_a = np.maximum(dt, float(accel_dt_floor))
+                v = _clip(want, r0 - amax * dt_a, r0 + amax * dt_a)
                 # Speeding up (or reversing) is limited; slowing down towards the command is
                 # not: the target never passes the command, and a held step moves nothing.
                 v = np.sign(want) * np.minimum(np.abs(want), np.maximum(0.0, np.sign(want) * v))

@@ -416,7 +416,8 @@ class Supervisor(Inputs, Latch):
                         _clip(self.previous_rate, -rmax, rmax))
         try:
             out, clips = filter_command(limits, self.scale, cmd, self.q, self.dq,
-                                        self.previous_target, dt, rate)
+                                        self.previous_target, dt, rate,
+                                        accel_dt_floor=self.cfg.period_s)
         except Rejected as exc:
             self.rejected[self.mode] += 1
             self.last_reject = f'{self.mode}/command: {exc}'
