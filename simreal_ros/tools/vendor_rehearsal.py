@@ -1,7 +1,7 @@
 """Run the vendor's own simulator (unitree_mujoco's simulate_python) headless, on a clock the
 graph follows.
 
-    python -m simreal_ros.tools.vendor_rehearsal --domain 182 --rtf 0.25
+    python -m simreal_ros.tools.vendor_rehearsal --domain 182 --rtf 0.1
 
 The vendor's `UnitreeSdk2Bridge` (read from ../shared/vendor/unitree_mujoco_simulate_python by
 path, never copied) publishes `LowState_` on `rt/lowstate` and applies each `LowCmd_` from
@@ -102,7 +102,7 @@ class StatePublisher:
 class VendorSim:
     """The vendor's bridge and MuJoCo, stepped here at a fixed real-time factor."""
 
-    def __init__(self, scene, domain, interface='lo', rtf=0.25, dt=0.001, band=True,
+    def __init__(self, scene, domain, interface='lo', rtf=0.1, dt=0.001, band=True,
                  band_length=0.4, lower_speed=0.2, ground_share=0.5, release_speed=0.0,
                  vendor_dir=VENDOR,
                  robot='g1', fill_crc=False, state_period=0.005, pace=True, max_wait=0.1):
@@ -307,7 +307,7 @@ def main(argv=None):
     parser.add_argument('--domain', type=int, required=True, help='the robot side\'s DDS '
                         'domain (the bridge\'s unitree.domain_id; never one a robot uses)')
     parser.add_argument('--interface', default='lo', help='network interface (default lo)')
-    parser.add_argument('--rtf', type=float, default=0.25, help='real-time factor to step at '
+    parser.add_argument('--rtf', type=float, default=0.1, help='real-time factor to step at '
                         '(0 = as fast as possible); a loaded computer achieves less, reported')
     parser.add_argument('--dt', type=float, default=0.001, help='MuJoCo timestep. The vendor '
                         "config's SIMULATE_DT 0.005 makes a damping of kd 10 (unitree_rl_lab's "
