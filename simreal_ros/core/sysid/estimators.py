@@ -185,9 +185,10 @@ def _r2(y, r):
 def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.0):
     """Coulomb and viscous friction from constant-velocity sweeps in both directions.
 
-    Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + b, on settled constant-velocity
-    samples; tau_rigid is the nominal model's inverse dynamics (gravity, coupling), b a torque
-    offset (sensor bias, gravity model error), fitted and reported as a note.
+    Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + Ja*qdd + b, on settled
+    constant-velocity samples; tau_rigid is the nominal model's inverse dynamics (gravity,
+    coupling), Ja the joint's armature (what is left of the speed's ripple), b a torque offset
+    (sensor bias, gravity model error); Ja and b are fitted and reported as notes.
     """
     rec.validate()
     i = experiment.index
@@ -223,7 +224,12 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
     qddf = np.gradient(qdf, rec.t, axis=0)
     rigid = nominal.inverse_dynamics(qf[steady], qdf[steady], qddf[steady])[:, i]
     y = rec.effort[steady, i] - rigid
-    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], np.ones(len(y))])
+    # The joint's own armature is not in tau_rigid (the inertia experiment identifies it). A
+    # sweep is never exactly at constant speed (a hanging leg's gravity speeds it up and slows
+    # it along the sweep, the PD rings): armature * qdd left in y biased the G1's hip pitch
+    # (viscous -25 to -48 %). A column of the joint's acceleration takes it out.
+    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], qddf[steady, i],
+                         np.ones(len(y))])
     theta, cov, r, cond, lag = ols_hac(X, y)
     misfit = _speed_misfit(r, speed[steady])
     std = np.sqrt(np.diag(cov)) * max(1.0, misfit['ratio'])
@@ -242,7 +248,8 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
                                         method)}
     return Fit('friction', joint, est, float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r))),
                _r2(y, r), cond, len(y),
-               {'torque_offset': float(theta[2]), 'hac_lag': lag,
+               {'torque_offset': float(theta[3]), 'acceleration_coefficient': float(theta[2]),
+                'hac_lag': lag,
                 'speeds': [float(v) for v in speeds], 'misfit': misfit})
 
 
