@@ -63,7 +63,8 @@ KIND_ARRAYS = {
     'latency': {'latency_band_hz': 'multi-sine band [low, high] (Hz)'},
 }
 KIND_SCALARS = {
-    'friction': {},
+    'friction': {'friction_passes': (1, 'back-and-forth sweeps at each speed (more data '
+                                        'where the range is short)', 1, 10)},
     'inertia': {'inertia_duration_s': (10.0, 'multi-sine duration per joint (s)', 1.0, 120.0)},
     'latency': {'latency_duration_s': (4.0, 'multi-sine duration per joint (s)', 1.0, 60.0),
                 'max_latency_s': (0.06, 'largest delay searched (s)', 0.005, 0.5)},

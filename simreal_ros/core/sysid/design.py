@@ -41,6 +41,7 @@ class SysidSettings:
     # friction
     sweep_half_range: float = 0.6     # rad each side of the hold position
     friction_speeds: tuple = (0.2, 0.4, 0.8, 1.6)   # rad/s (capped at 0.9 * velocity_limit)
+    friction_passes: int = 1          # back-and-forth sweeps at each speed
     # inertia
     inertia_duration_s: float = 10.0
     inertia_band_hz: tuple = (0.4, 4.0)
@@ -88,7 +89,7 @@ class SysidSettings:
         for key in ('friction_speeds', 'inertia_band_hz', 'latency_band_hz'):
             if key in params:
                 setattr(out, key, tuple(float(v) for v in params[key]))
-        for key in ('n_sines', 'seed'):
+        for key in ('n_sines', 'seed', 'friction_passes'):
             if key in params:
                 setattr(out, key, int(params[key]))
         out.validate(source)
@@ -101,6 +102,8 @@ class SysidSettings:
         if self.command_rate_hz <= 0 or self.settle_s < 0 or self.sweep_half_range <= 0:
             raise ConfigError(f'{source}: command_rate_hz, sweep_half_range must be > 0 and '
                               'settle_s >= 0')
+        if self.friction_passes < 1:
+            raise ConfigError(f'{source}.friction_passes must be >= 1')
         if len(self.friction_speeds) < 2 or min(self.friction_speeds) <= 0:
             raise ConfigError(f'{source}.friction_speeds needs >= 2 speeds > 0 (Coulomb and '
                               'viscous friction cannot be separated with one)')
@@ -140,7 +143,7 @@ class Experiment:
         return name
 
 
-def _joint_window(settings, index, position_range):
+def _joint_window(settings, index, position_range, nominal=None):
     lo, hi = position_range[index]
     if settings.position_lower is not None:
         lo = max(lo, settings.position_lower[index])
@@ -151,6 +154,13 @@ def _joint_window(settings, index, position_range):
         raise ConfigError(f'hold_position[{index}] = {c} of joint '
                           f'{settings.joint_names[index]!r} is outside its range '
                           f'[{lo:.3f}, {hi:.3f}] (joint range minus range_margin)')
+    if nominal is not None and hasattr(nominal, 'clear_range'):
+        # the sweep stays clear of the robot's own bodies (a contact torque is no actuator's)
+        lo, hi = nominal.clear_range(index, settings.hold_position, lo, hi)
+        if not lo < c < hi:
+            raise ConfigError(f'joint {settings.joint_names[index]!r}: at hold_position the '
+                              'robot touches itself (two of its bodies in contact): choose '
+                              'another hold_position')
     half = min(settings.sweep_half_range, c - lo, hi - c)
     return c, half
 
@@ -289,7 +299,7 @@ def design_for(kind, joint, settings, nominal, current_position):
     current = np.asarray(current_position, float)
     if current.shape != (len(names),) or not np.all(np.isfinite(current)):
         raise ValueError(f'current position must be {len(names)} finite values')
-    c, half = _joint_window(settings, i, nominal.position_range)
+    c, half = _joint_window(settings, i, nominal.position_range, nominal)
     b = _Builder(settings, i, current)
     hold = settings.hold_position.astype(float).copy()
     if kind == 'friction':
@@ -306,9 +316,10 @@ def design_for(kind, joint, settings, nominal, current_position):
         seg = 0
         for v in speeds:
             b.phases.append((b.now, f'sweep {v:.2f} rad/s'))
-            b.joint_move(c + half, v, seg, settings.settle_s)
-            b.joint_move(c - half, v, seg + 1, settings.settle_s)
-            seg += 2
+            for _ in range(settings.friction_passes):
+                b.joint_move(c + half, v, seg, settings.settle_s)
+                b.joint_move(c - half, v, seg + 1, settings.settle_s)
+                seg += 2
         b.phases.append((b.now, 'return'))
         b.approach(hold)
     else:

@@ -7,6 +7,8 @@ estimators regress only what is left: armature, viscous and Coulomb friction.
 commands through a transport delay, for many delays at once; the latency estimator aligns the
 measured motion with it.
 """
+import math
+
 import mujoco
 import numpy as np
 
@@ -46,6 +48,7 @@ class NominalModel:
         if self.floating:
             m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
         self.data = mujoco.MjData(m)
+        self._touch = None     # (model, data) with contacts on, for clear_range
 
     @property
     def n(self):
@@ -77,6 +80,58 @@ class NominalModel:
         zero = np.zeros_like(q2)
         out = self.inverse_dynamics(q2, zero, zero)
         return out[0] if np.ndim(q) == 1 else out
+
+    def clear_range(self, index, hold, lo, hi, clearance=0.03, step=0.01):
+        """Return the part of [lo, hi] around hold[index] where the robot touches nothing.
+
+        Joint `index` moves, the others stay at `hold`. The range ends where two of the
+        robot's own bodies come within `clearance` m (bodies built closer than that, such
+        as a pelvis and its hip links, where they touch); pairs the MJCF excludes and the
+        world (a floor: the robot hangs in its gantry) do not count. A sweep that touches
+        puts a contact torque in the data that no actuator model has: the G1's hip roll
+        pressed one knee on the other and came out as a model misfit.
+        """
+        if self._touch is None:
+            m = load_model(self.model_path)
+            m.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+            m.geom_margin[:] = np.maximum(m.geom_margin, clearance)
+            self._touch = (m, mujoco.MjData(m))
+        m, d = self._touch
+        pose = np.asarray(hold, float).copy()
+
+        def pairs(x):
+            pose[index] = x
+            d.qpos[self.qadr] = pose
+            mujoco.mj_forward(m, d)
+            out = {}
+            for k in range(d.ncon):
+                c = d.contact[k]
+                b1, b2 = int(m.geom_bodyid[c.geom1]), int(m.geom_bodyid[c.geom2])
+                if b1 and b2:
+                    key = (min(b1, b2), max(b1, b2))
+                    out[key] = min(out.get(key, np.inf), float(c.dist))
+            return out
+
+        c0 = float(hold[index])
+        close = {k: v for k, v in pairs(c0).items() if v < clearance}
+
+        def touches(x):
+            return any(dist < (0.0 if key in close else clearance)
+                       for key, dist in pairs(x).items())
+
+        if touches(c0):
+            return c0, c0
+        out = []
+        for end in (lo, hi):
+            x = c0
+            n = max(1, int(math.ceil(abs(end - c0) / step)))
+            for k in range(1, n + 1):
+                y = c0 + (end - c0) * k / n
+                if touches(y):
+                    break
+                x = y
+            out.append(x)
+        return out[0], out[1]
 
     def mass_diagonal(self, q):
         """Return the rigid-link inertia each joint sees at pose q (diagonal of mj_fullM)."""
