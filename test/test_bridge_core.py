@@ -261,3 +261,59 @@ def test_split_holds_out_the_tail_that_the_fit_never_sees(arm3):
     for bad in (0.0, 1.0, -0.2):
         with pytest.raises(ValueError, match='holdout must be in'):
             split(rec, bad)
+
+
+def test_a_floating_robot_replays_window_by_window_from_its_whole_state():
+    """Replayer.windows: a humanoid on its feet replayed from the true base pose and velocity
+    at each window's start reproduces the true plant with its own parameters, and separates
+    a wrong actuator model; a start state of the wrong size is refused, naming the sizes."""
+    from simreal_ros.core.bridge.replay import Replayer
+    from simreal_ros.core.config import resolve_path
+    from simreal_ros.core.sysid.estimators import Recording
+    g1 = os.path.join(REPO, 'config', 'robots', 'g1_12dof.yaml')
+    sim = load_node_params(g1, 'sim_robot')
+    model = resolve_path(sim['model_path'], 'model_path', relative_to=os.path.dirname(g1))
+    names = list(sim['joint_names'])
+    plant = {k[len('plant.'):]: v for k, v in sim.items() if k.startswith('plant.')}
+    truth = PlantTruth.from_mapping(plant, len(names))
+    dt = 0.002
+    runner = load_node_params(g1, 'policy_runner')
+    assert list(runner['policy_joint_names']) == names
+    default = np.asarray(runner['default_position'], float)
+    sp = SimPlant(model, names, dt, sim['kp'], sim['kd'], truth=truth, seed=2,
+                  initial_position=default)
+    knees = [names.index('left_knee_joint'), names.index('right_knee_joint')]
+    t, qpos, qvel, q = [], [], [], []
+    cmd_t, cmd_q = [], []
+    for k in range(400):                      # 0.8 s, a 50 Hz knee bend on its feet
+        if k % 10 == 0:
+            target = default.copy()
+            target[knees] += 0.25 * np.sin(2 * np.pi * 2.0 * sp.time)
+            sp.submit(sp.make_command(names, position=target.tolist()))
+            cmd_t.append(sp.time)
+            cmd_q.append(target)
+        t.append(sp.time)
+        qpos.append(sp.data.qpos.copy())
+        qvel.append(sp.data.qvel.copy())
+        q.append(sp.data.qpos[sp.qadr].copy())
+        sp.step()
+    q = np.array(q)
+    cmd_q = np.array(cmd_q)
+    rec = Recording(names, np.array(t), q, np.zeros_like(q), np.zeros_like(q),
+                    np.array(cmd_t), cmd_q, np.zeros_like(cmd_q), np.zeros_like(cmd_q))
+    assert np.ptp(np.array(qpos)[:, 2]) > 0.01          # the base moved: it must be replayed
+    rp = Replayer(model, names, sim['kp'], sim['kd'], physics_dt=dt)
+    own = JointParams(names, truth.viscous_damping.copy(), truth.coulomb_friction.copy(),
+                      truth.armature.copy(), truth.latency_s)
+    nominal = params_in_model(rp.model(), names)
+
+    def error(params):
+        sim_q, start = rp.windows(rec, qpos, qvel, params, window_s=0.2, skip_s=0.1)
+        assert start > 0 and np.all(np.isnan(sim_q[:start])) and np.all(np.isfinite(sim_q[start:]))
+        return float(np.sqrt(np.mean((sim_q[start:] - q[start:]) ** 2)))
+
+    own_err, nominal_err = error(own), error(nominal)
+    assert own_err < 2e-3, own_err
+    assert nominal_err > 5 * own_err, (nominal_err, own_err)
+    with pytest.raises(ConfigError, match='nq'):
+        rp.rollout(rec, own, start_state=(qpos[0][:7], qvel[0]))

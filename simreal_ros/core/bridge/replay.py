@@ -13,6 +13,8 @@ The rollout starts from the first measured sample (position and velocity of the 
 everything else at the model's reference pose) and returns positions and velocities at the
 recording's sample times.
 """
+from dataclasses import replace
+
 import mujoco
 import numpy as np
 
@@ -76,11 +78,14 @@ class Replayer:
         model, _ = build_model(self.model_path, params, self.dt)
         return model
 
-    def rollout(self, rec, params=None, model=None):
+    def rollout(self, rec, params=None, model=None, start_state=None):
         """Return (q, dq), each (samples, joints), of the model replaying `rec`'s commands.
 
         params: JointParams applied to the nominal MJCF; or give a compiled `model` (e.g. the
         exported MJCF), whose own joint values and latency numeric are used.
+        start_state: (qpos, qvel) of the whole model at rec.t[0] (a floating-base robot's base
+        pose and velocity with its joints: a walking robot replayed in windows); default the
+        first measured sample of the named joints, the rest at the model's reference pose.
         """
         if model is None:
             model = self.model(params)
@@ -99,8 +104,17 @@ class Replayer:
                              [latency])[:, 0, :]
         n = len(self.names)
         u_s, kp_s, kd_s = mean[:, :n], mean[:, n:2 * n], mean[:, 2 * n:]
-        data.qpos[self.qadr] = np.asarray(rec.position, float)[0, idx]
-        data.qvel[self.dof] = np.asarray(rec.velocity, float)[0, idx]
+        if start_state is not None:
+            qpos0, qvel0 = (np.asarray(a, float).reshape(-1) for a in start_state)
+            if qpos0.size != model.nq or qvel0.size != model.nv:
+                raise ConfigError(f'start_state: {qpos0.size} qpos and {qvel0.size} qvel values '
+                                  f'for a model with nq {model.nq}, nv {model.nv} '
+                                  f'({self.model_path})')
+            data.qpos[:] = qpos0
+            data.qvel[:] = qvel0
+        else:
+            data.qpos[self.qadr] = np.asarray(rec.position, float)[0, idx]
+            data.qvel[self.dof] = np.asarray(rec.velocity, float)[0, idx]
         mujoco.mj_forward(model, data)
         rows = np.round((t - t0) / self.dt).astype(int)
         q_hist = np.empty((n_steps + 1, n))
@@ -129,6 +143,41 @@ class Replayer:
         q_hist[n_steps] = qpos[qadr]
         dq_hist[n_steps] = qvel[dof]
         return q_hist[rows], dq_hist[rows]
+
+    def windows(self, rec, qpos, qvel, params=None, window_s=0.5, skip_s=0.0, lead_s=0.05):
+        """Replay `rec` window by window, each from the recorded whole state at its start.
+
+        A walking robot replayed open loop for long drifts off and falls on any model; from
+        the true state (qpos, qvel: the whole model, one row per sample of rec.t) every
+        `window_s`, what differs within a window is the actuators. Commands from `lead_s`
+        before each window go in with it (the delay line holds those that take effect in it).
+        Returns (q: samples x joints, NaN before `skip_s`; the first scored row).
+        """
+        model = self.model(params)
+        t = np.asarray(rec.t, float)
+        q = np.full((len(t), len(self.names)), np.nan)
+        start = int(np.searchsorted(t, t[0] + skip_s))
+        step = max(2, int(round(window_s / float(np.median(np.diff(t))))))
+        for i0 in range(start, len(t) - 1, step):
+            i1 = min(i0 + step + 1, len(t))
+            qw, _ = self.rollout(_rows(rec, i0, i1, lead_s), params, model=model,
+                                 start_state=(qpos[i0], qvel[i0]))
+            q[i0:i1] = qw
+        return q, start
+
+
+def _rows(rec, i0, i1, lead_s):
+    """Samples i0..i1 of a recording with its commands from lead_s before the first sample
+    (and the one in force then)."""
+    t0, t1 = rec.t[i0], rec.t[i1 - 1]
+    c = (rec.cmd_t >= t0 - lead_s) & (rec.cmd_t <= t1)
+    if not np.any(c):
+        c = rec.cmd_t <= t1
+    c[max(int(np.argmax(c)) - 1, 0)] = True
+    return replace(rec, t=rec.t[i0:i1], position=rec.position[i0:i1],
+                   velocity=rec.velocity[i0:i1], effort=rec.effort[i0:i1], cmd_t=rec.cmd_t[c],
+                   cmd_position=rec.cmd_position[c], cmd_velocity=rec.cmd_velocity[c],
+                   cmd_effort=rec.cmd_effort[c])
 
 
 def _fast_index(index):
