@@ -155,7 +155,7 @@ def main(argv=None):
                     '(the start from the default pose)')
     ap.add_argument('--gantry-lift', type=float, default=0.3)
     ap.add_argument('--sysid-physics-dt', type=float, default=0.0005, help="the true plant's "
-                    'physics step during SysID (as bench/sysid_accuracy.py)')
+                    'physics step during SysID (as bench/sysid_accuracy.py for a gantry robot)')
     args = ap.parse_args(argv)
     from simreal_ros.core.sim2sim import Setup
     try:

@@ -12,9 +12,9 @@ limits used, and the same errors for the seed baselines on the same data.
 
 A floating-base robot (the G1) is identified hanging in its gantry: the base is lifted
 `--gantry-lift` m (feet clear of the floor) and held (SimPlant.hang), gravity and the hanging
-leg's coupling from its own MJCF; its latency is drawn U(2, 10) ms, and its true plant steps
-at 0.5 ms (`--physics-dt`; at the robot file's 2 ms gravity is evaluated half a step behind
-the world the plant stands for).
+leg's coupling from its own MJCF; its latency is drawn U(2, 10) ms. Every true plant steps at
+0.5 ms at most (`--physics-dt`; at a robot file's 1-2 ms MuJoCo evaluates gravity half a step
+behind the world the plant stands for).
 
     .venv/bin/python bench/sysid_accuracy.py --robot g1_12dof --seeds 3
 
@@ -47,10 +47,11 @@ LATENCY_RMS_TARGET = 0.5e-3
 ARM_TARGETS = {'coulomb_friction': 0.01, 'viscous_damping': 0.03, 'armature': 0.03,
                'effective_inertia': 0.03}
 ARM_LATENCY_RMS_TARGET = 0.2e-3
-# The true plant of a robot in its gantry steps at 0.5 ms at most: MuJoCo evaluates gravity at
-# a step's start, half a step behind a world without steps; on the G1's hanging hip (gravity
-# changing ~20 N*m per rad) the 2 ms of its robot file read as -4 to -9 % viscous friction.
-GANTRY_PHYSICS_DT = 0.0005
+# The true plant steps at 0.5 ms at most: MuJoCo evaluates gravity at a step's start, half a
+# step behind the world the plant stands for. On the G1's hanging hip (gravity changing ~20
+# N*m per rad) the 2 ms of its robot file read as -4 to -9 % viscous friction, on the arm's
+# shoulder pitch 1 ms as -1 to -2 % (outside the intervals).
+TRUE_PHYSICS_DT = 0.0005
 
 
 def plant_section(config):
@@ -90,8 +91,8 @@ def main(argv=None):
     ap.add_argument('--gantry-lift', type=float, default=0.3, help='floating base: lift (m) '
                     'before the base is held')
     ap.add_argument('--physics-dt', type=float, default=None, help="the true plant's physics "
-                    "step (default: the robot file's sim_robot.physics_dt; for a robot in its "
-                    'gantry at most 0.5 ms, see the module doc)')
+                    "step (default: the robot file's sim_robot.physics_dt, at most 0.5 ms: "
+                    'see TRUE_PHYSICS_DT)')
     args = ap.parse_args(argv)
     try:
         config = robot_config_path(args.robot)
@@ -108,8 +109,8 @@ def main(argv=None):
     nominal = NominalModel(model, names)
     gantry = is_floating(model)
     physics_dt = args.physics_dt or float(sim.get('physics_dt', 0.001))
-    if gantry and not args.physics_dt:
-        physics_dt = min(physics_dt, GANTRY_PHYSICS_DT)
+    if not args.physics_dt:
+        physics_dt = min(physics_dt, TRUE_PHYSICS_DT)
     errors = {p: [] for p in PARAMS}
     base_errors = {p: [] for p in PARAMS}
     covered = {p: [] for p in list(PARAMS) + ['latency']}
