@@ -143,8 +143,8 @@ class Experiment:
         return name
 
 
-def _joint_window(settings, index, position_range, nominal=None):
-    lo, hi = position_range[index]
+def _joint_window(settings, index, nominal):
+    lo, hi = nominal.position_range[index]
     if settings.position_lower is not None:
         lo = max(lo, settings.position_lower[index])
         hi = min(hi, settings.position_upper[index])
@@ -154,13 +154,12 @@ def _joint_window(settings, index, position_range, nominal=None):
         raise ConfigError(f'hold_position[{index}] = {c} of joint '
                           f'{settings.joint_names[index]!r} is outside its range '
                           f'[{lo:.3f}, {hi:.3f}] (joint range minus range_margin)')
-    if nominal is not None and hasattr(nominal, 'clear_range'):
-        # the sweep stays clear of the robot's own bodies (a contact torque is no actuator's)
-        lo, hi = nominal.clear_range(index, settings.hold_position, lo, hi)
-        if not lo < c < hi:
-            raise ConfigError(f'joint {settings.joint_names[index]!r}: at hold_position the '
-                              'robot touches itself (two of its bodies in contact): choose '
-                              'another hold_position')
+    # the sweep stays clear of the robot's own bodies (a contact torque is no actuator's)
+    lo, hi = nominal.clear_range(index, settings.hold_position, lo, hi)
+    if not lo < c < hi:
+        raise ConfigError(f'joint {settings.joint_names[index]!r}: at hold_position the '
+                          'robot touches itself (two of its bodies in contact): choose '
+                          'another hold_position')
     half = min(settings.sweep_half_range, c - lo, hi - c)
     return c, half
 
@@ -299,7 +298,7 @@ def design_for(kind, joint, settings, nominal, current_position):
     current = np.asarray(current_position, float)
     if current.shape != (len(names),) or not np.all(np.isfinite(current)):
         raise ValueError(f'current position must be {len(names)} finite values')
-    c, half = _joint_window(settings, i, nominal.position_range, nominal)
+    c, half = _joint_window(settings, i, nominal)
     b = _Builder(settings, i, current)
     hold = settings.hold_position.astype(float).copy()
     if kind == 'friction':
