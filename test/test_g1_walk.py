@@ -6,6 +6,7 @@ deployment; the test holds cmd_vel at the reference's 0.5 m/s. The lockstep pari
 compares step by step; this one is the real-time chain, where a start-up sequence or a timing
 rule that makes the robot fall shows (a fixed-pose ease-in toppled it after 0.7 m).
 """
+import re
 import threading
 
 from geometry_msgs.msg import PoseStamped, Twist
@@ -28,7 +29,9 @@ def ros():
     rclpy.try_shutdown()
 
 
-def test_the_supervised_g1_walks_in_real_time(ros, g1_dir, tmp_path):
+def walk_once(tmp_path):
+    """Run the supervised G1 for WALK_S s at 0.5 m/s; return what the test judges."""
+    tmp_path.mkdir(exist_ok=True)
     # The nodes on loopback UDP (config/fastdds/loopback_udp.xml), the transport a robot's
     # computers get: under LOCALHOST rmw_fastrtps adds shared memory, whose publishes block
     # up to ~1 s on an unhealthy peer (docs/real_robot.md, middleware). In the fresh-clone CI
@@ -73,13 +76,44 @@ def test_the_supervised_g1_walks_in_real_time(ros, g1_dir, tmp_path):
             stop.set()
         walk = [m.pose.position for t, m in poses.all() if t >= t0]
         end = walk[-1]
-        distance = ((end.x - start.x) ** 2 + (end.y - start.y) ** 2) ** 0.5
-        low = min(p.z for p in walk)
-        assert low > FALL_Z and not rig.state('estop'), (
-            f'the G1 fell: base down to {low:.2f} m after {distance:.2f} m; e-stop '
-            f'{rig.state("estop_cause")!r} (before the walk: {bringup_estop!r})\n{rig.logs()}')
-        # 0.5 m/s commanded: the reference covers ~0.49 m/s; half of it still means walking.
-        assert distance > 0.25 * WALK_S, f'{distance:.2f} m in {WALK_S:g} s'
-        # The supervisor read every joint_states and imu sample of real DDS itself (core/cdr),
-        # none through rclpy's slower deserializer.
-        assert rig.state('inputs_via_rclpy') == 0, rig.state('inputs_via_rclpy')
+        return {'distance': ((end.x - start.x) ** 2 + (end.y - start.y) ** 2) ** 0.5,
+                'low': min(p.z for p in walk), 'estop': rig.state('estop'),
+                'estop_cause': rig.state('estop_cause'), 'bringup_estop': bringup_estop,
+                'inputs_via_rclpy': rig.state('inputs_via_rclpy'),
+                'supervisor_log': rig.procs['safety_supervisor'].output(), 'logs': rig.logs()}
+
+
+def starved(run):
+    """The walk fell within a second of the supervisor finding the policy stale: the 2-core
+    machine starved policy_runner (CI, 2026-11-26: its commands 61 ms old against a 60 ms
+    timeout twice in 60 ms, the last target held, the e-stop for tilt 80 ms later, after
+    4.62 m). Short stale spells happen in walks that do not fall (62-66 ms, two in 8 s on an
+    idle machine); the product did what it says, the machine did not keep the policy's rate."""
+    if run['low'] > FALL_Z and not run['estop']:
+        return False
+    stale, estop = [], None
+    for line in run['supervisor_log'].splitlines():
+        stamp = re.match(r'\[\w+\] \[(\d+\.\d+)\]', line)
+        if not stamp:
+            continue
+        if 'policy stale ->' in line:
+            stale.append(float(stamp.group(1)))
+        elif 'E-STOP' in line and estop is None:
+            estop = float(stamp.group(1))
+    end = estop if estop is not None else (stale[-1] if stale else 0.0)
+    return any(end - 1.0 <= t <= end for t in stale)
+
+
+def test_the_supervised_g1_walks_in_real_time(ros, g1_dir, tmp_path):
+    run = walk_once(tmp_path / 'first')
+    if starved(run):      # once more: a starved policy is the machine's load, named
+        print(f'walk stopped by a stale policy ({run["estop_cause"]!r}); running it again')
+        run = walk_once(tmp_path / 'again')
+    assert run['low'] > FALL_Z and not run['estop'], (
+        f'the G1 fell: base down to {run["low"]:.2f} m after {run["distance"]:.2f} m; e-stop '
+        f'{run["estop_cause"]!r} (before the walk: {run["bringup_estop"]!r})\n{run["logs"]}')
+    # 0.5 m/s commanded: the reference covers ~0.49 m/s; half of it still means walking.
+    assert run['distance'] > 0.25 * WALK_S, f'{run["distance"]:.2f} m in {WALK_S:g} s'
+    # The supervisor read every joint_states and imu sample of real DDS itself (core/cdr),
+    # none through rclpy's slower deserializer.
+    assert run['inputs_via_rclpy'] == 0, run['inputs_via_rclpy']
