@@ -15,7 +15,7 @@ import math
 import numpy as np
 from scipy import signal, stats
 
-from simreal_ros.core.sysid.model import simulate_joint
+from simreal_ros.core.sysid.model import STICTION, simulate_joint
 
 REASONS = ('not enough excitation', 'joint did not move', 'saturated', 'bad data')
 
@@ -430,7 +430,7 @@ def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
         a, fv, fc = theta if params is None else params
         _, qd = simulate_joint(st, qf[win][:m, i], rest[:m], slope[:m], link + a, fv, fc,
                                kp[i], kd[i], rec.cmd_t, cols, physics_dt, delays,
-                               qd0=qdf[k0, i], torque_limit=lim)
+                               qd0=qdf[k0, i], torque_limit=lim, stiction=STICTION)
         return qd
 
     def cost(delays, n=None):

@@ -13,7 +13,11 @@ import mujoco
 import numpy as np
 
 from simreal_ros.core.config import ConfigError
-from simreal_ros.core.plant import load_model
+from simreal_ros.core.plant import STICTION_SOLIMP, STICTION_SOLREF, load_model
+
+# Dry friction as MuJoCo resolves the stiction settings the identified model is exported with
+# (sim_bridge, SimPlant): (solref time constant, solimp dmin, dmax).
+STICTION = (STICTION_SOLREF[0], STICTION_SOLIMP[0], STICTION_SOLIMP[1])
 
 
 class NominalModel:
@@ -174,15 +178,20 @@ def delayed_means(cmd_time, values, step_start, physics_dt, delays):
 
 def simulate_joint(sample_time, q_meas, rest_torque, gravity_slope, inertia, viscous, coulomb,
                    kp, kd, cmd_time, cmd_columns, physics_dt, delays, qd0=0.0,
-                   torque_limit=np.inf):
+                   torque_limit=np.inf, stiction=None):
     """Simulate one joint (the others as measured) for several delays at once.
 
     The joint obeys (inertia) * qdd = tau - rest_torque - gravity_slope * (q - q_meas)
     - viscous * qd - coulomb * sign(qd), with rest_torque the nominal rigid-body torque of the
     measured motion without this joint's own acceleration (gravity, Coriolis, coupling), the
     actuator PD `tau = kp*(q_t - q) + kd*(qd_t - qd) + effort` on the delayed commands
-    (cmd_columns: position, velocity, effort targets of this joint), viscous friction
-    implicit and Coulomb friction as a velocity-level stick/slip step, as in MuJoCo.
+    (cmd_columns: position, velocity, effort targets of this joint) and viscous friction
+    implicit, as MuJoCo's Euler step. Coulomb friction: with `stiction` (solref time
+    constant, solimp dmin, dmax) as MuJoCo's soft frictionloss constraint resolves it, the
+    force clamp(-(a_unc + b*qd) / (A + R)) with b = 2 / (dmax * max(timeconst, 2*dt)) and
+    R = A * (1 - dmin) / dmin: a sticking joint's speed decays over a few steps; the hard
+    stick/slip step (stiction None) stops it in one. On the G1's hip, the hard step read the
+    latency 0.1-0.2 ms late against a 0.5 ms plant.
     inertia (link + armature), viscous and coulomb may be scalars or one value per delay, so
     parameter sensitivities come from the same call.
     Returns (q, qd), each (samples, delays), starting from the measured state.
@@ -208,6 +217,10 @@ def simulate_joint(sample_time, q_meas, rest_torque, gravity_slope, inertia, vis
     q_hist = np.empty((n_steps + 1, len(delays)))
     qd_hist = np.empty((n_steps + 1, len(delays)))
     h = physics_dt
+    soft = None
+    if stiction is not None:
+        timeconst, dmin, dmax = stiction
+        soft = (2.0 / (dmax * max(timeconst, 2.0 * h)), (1.0 - dmin) / dmin)
     return_rows = stride
     q_hist[0] = q
     qd_hist[0] = qd
@@ -216,8 +229,16 @@ def simulate_joint(sample_time, q_meas, rest_torque, gravity_slope, inertia, vis
         tau = kp * (c[:, 0] - q) + kd * (c[:, 1] - qd) + c[:, 2]
         tau = np.clip(tau, -torque_limit, torque_limit)
         force = tau - rest[s] - slope[s] * (q - qm[s])
-        trial = (jmass * qd + h * force) / denom
-        qd = np.where(np.abs(trial) <= kick, 0.0, trial - np.sign(trial) * kick)
+        if soft is None:
+            trial = (jmass * qd + h * force) / denom
+            qd = np.where(np.abs(trial) <= kick, 0.0, trial - np.sign(trial) * kick)
+        else:
+            b, leak = soft
+            # MuJoCo's constraint force with A = 1/jmass (so R = leak * A), then the
+            # implicit-damping step (jmass + h*viscous) qdd = force - viscous*qd + fc.
+            unc = (force - viscous * qd) / jmass
+            fc = np.clip(-(unc + b * qd) * jmass / (1.0 + leak), -coulomb, coulomb)
+            qd = qd + h * (force - viscous * qd + fc) / denom
         q = q + h * qd
         q_hist[s + 1] = q
         qd_hist[s + 1] = qd
