@@ -74,6 +74,32 @@ def test_sysid_stopped_by_an_interruption_is_run_once_more_but_a_result_stands(
     assert capsys.readouterr().out.count('retrying (attempt') == 3
 
 
+def test_sysid_failing_after_disturbances_is_run_once_more(tmp_path, monkeypatch, capsys):
+    """A failure that followed late or held commands is the machine's (CI's load), not the
+    robot's: run again. One joint failing without a disturbance stands."""
+    from simreal_ros.client import sysid as sysid_client
+    d = demo_mod.Demo('arm3', tmp_path)
+    d.facts['sysid'] = {}
+    disturbed = {'joint': 'elbow_pitch', 'reason': 'not enough excitation', 'detail': 'x',
+                 'repeats': [{'joint': 'elbow_pitch', 'segment': 3, 'repeated': False,
+                              'cause': 'commands 0.08 s apart (late)'}]}
+    answers = {
+        'friction_id': [{'ok': False, 'failures': [disturbed]}, {'ok': True, 'results': []}],
+        'inertia_id': [{'ok': False, 'failures': [disturbed, dict(disturbed, repeats=[])]}],
+    }
+    calls = []
+
+    def fake_run(ros, node, **_):
+        calls.append(node)
+        return answers[node].pop(0)
+    monkeypatch.setattr(sysid_client, 'run', fake_run)
+    with pytest.raises(RuntimeError):
+        d._sysid_runs(['friction_id', 'inertia_id'])
+    assert calls == ['friction_id', 'friction_id', 'inertia_id']
+    out = capsys.readouterr().out
+    assert 'elbow_pitch: not enough excitation after 1 disturbance(s); retrying' in out
+
+
 def test_the_demo_makes_the_arm3_swing_policy(tmp_path):
     d = demo_mod.Demo('arm3', tmp_path)
     path = d.make_policy()

@@ -114,6 +114,27 @@ def test_without_repeats_left_the_failure_names_the_disturbance(tmp_path, nomina
     assert 'not repeated' in detail and 'safety_supervisor held' in detail, detail
 
 
+def test_past_its_repeats_a_held_segment_is_left_out_and_the_estimate_stands(tmp_path, nominal,
+                                                                          sim):
+    """No repeat left (max_repeats 0): the held -1.2 rad/s sweep is not estimated from. Kept,
+    its held samples passed for the sweep and read viscous friction 27 % high."""
+    tr = truth(sim)
+    s = short('friction')
+    plant = make_plant(sim, tr)
+    session = SysidSession('friction', s, nominal, 'arm3', ['shoulder_pitch'], np.zeros(3),
+                           str(tmp_path), max_repeats=0)
+    start = _sweep_start(session, -1.2)
+    drive(plant, session, hold_from=start + 0.05, hold_s=0.3)()
+    assert not session.failures, session.failures
+    assert [(r['segment'], r['repeated']) for r in session.repeats] == [(3, False)]
+    assert not np.any(session.experiments[0].segment == 3)   # not run again, not estimated
+    fc = [d for d in session.results if d['parameter'] == 'coulomb_friction'][0]
+    fv = [d for d in session.results if d['parameter'] == 'viscous_damping'][0]
+    assert abs(fc['value'] - tr.coulomb_friction[1]) < 0.03 * tr.coulomb_friction[1]
+    assert abs(fv['value'] - tr.viscous_damping[1]) < 0.05 * tr.viscous_damping[1]
+    assert fv['repeated_segments'][0]['repeated'] is False
+
+
 def test_a_joint_that_really_does_not_move_still_fails(tmp_path, nominal, sim):
     tr = truth(sim, coulomb_friction=[0.8, 0.6, 30.0])
     s = short('friction')

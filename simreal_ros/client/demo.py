@@ -240,9 +240,17 @@ class Demo:
                 # of the e-stop it left latched (a SysID run never releases one). A result,
                 # good or failed, stands.
                 message = str(result.get('message', ''))
+                failures = result.get('failures') or []
+                # Failures that all follow disturbances (late or held commands, missing
+                # joint_states) are the machine's, not the robot's: also run once more.
+                disturbed = bool(failures) and all(f.get('repeats') for f in failures)
                 if (attempt == SYSID_ATTEMPTS or result.get('ok')
-                        or not any(k in message for k in RETRY_ON)):
+                        or not (disturbed or any(k in message for k in RETRY_ON))):
                     break
+                if disturbed:
+                    message = '; '.join(f'{f.get("joint")}: {f.get("reason")} after '
+                                        f'{len(f["repeats"])} disturbance(s)'
+                                        for f in failures)
                 self.say(f'    {node}: {message}; retrying (attempt {attempt + 1} of '
                          f'{SYSID_ATTEMPTS})')
             self.facts['sysid'][node] = result

@@ -236,11 +236,11 @@ class SysidNode(Node):
                                           'stamped further apart (s) disturb the experiment: '
                                           'the segment is repeated',
                                           low=0.005, high=5.0, read_only=True)
-        p['max_repeats'] = declare(self, 'max_repeats', 0, 'disturbed segments repeated per '
-                                   'joint at most (then estimated from what is left); 0 = '
-                                   'none, disturbances only reported: a repeat is re-planned '
-                                   'in the command loop, which on a loaded computer delays '
-                                   'the commands again', low=0, high=100, read_only=True)
+        p['max_repeats'] = declare(self, 'max_repeats', 3, 'disturbed segments repeated per '
+                                   'joint at most; past it a disturbed segment is left out '
+                                   'of the estimate (still reported), and a joint fails only '
+                                   'when what is left is not enough', low=0, high=100,
+                                   read_only=True)
         p['simulation_dt'] = declare(self, 'simulation_dt', 0.001, 'step of the joint '
                                      'simulation the latency estimate aligns with (s)',
                                      low=1e-4, high=0.01, read_only=True)

@@ -13,6 +13,7 @@ measured pose leads back to the segment's start and the schedule continues from 
 repeat is logged with its cause (`repeats`); after `max_repeats` per joint the run goes on
 with what it has, and an estimate that then fails says why.
 """
+import dataclasses
 import os
 import threading
 
@@ -123,14 +124,24 @@ class SysidSession:
             resume = k        # no excitation lost, but the target must start from the robot
         else:
             return False
-        count = sum(1 for r in self.repeats if r['joint'] == exp.joint)
+        count = sum(1 for r in self.repeats if r['repeated'] and r['joint'] == exp.joint)
         if count >= self.max_repeats:
-            self.repeats.append({'joint': exp.joint, 'segment': int(seg[resume]),
+            # No repeat left: the segments the disturbance touched are left out of the
+            # estimate (a late or held command is not the motion the schedule labels), and
+            # a held robot is still brought back to the schedule from where it stands.
+            touched_ids = np.unique(seg[k_since:k + 1][seg[k_since:k + 1] >= 0])
+            self.repeats.append({'joint': exp.joint,
+                                 'segment': int(touched_ids[0]) if touched_ids.size else -1,
                                  'cause': cause, 'at_s': round(float(exp.t[k]), 3),
                                  'repeated': False})
-            return False
-        self.repeats.append({'joint': exp.joint, 'segment': int(seg[resume]), 'cause': cause,
-                             'at_s': round(float(exp.t[k]), 3), 'repeated': True})
+            exp = self.experiments[self.index] = _without_segments(exp, touched_ids)
+            if not held:
+                return False
+            resume = k
+        else:
+            self.repeats.append({'joint': exp.joint, 'segment': int(seg[resume]),
+                                 'cause': cause, 'at_s': round(float(exp.t[k]), 3),
+                                 'repeated': True})
         start = exp.position[k]
         if held and self.samples:
             start = np.asarray(self.samples[-1][1], float)
@@ -268,6 +279,17 @@ class SysidSession:
         own.fits['inertia'] = estimate_inertia(rec, exp, self.nominal,
                                                self.settings.torque_limit[i])
         return joint_params_from(own, i, n)
+
+
+def _without_segments(exp, ids):
+    """The experiment `exp` with the rows of excitation segments `ids` relabelled as outside
+    the excitation (still commanded, never estimated from)."""
+    lost = np.isin(exp.segment, ids) & (exp.segment >= 0)
+    if not lost.any():
+        return exp
+    seg, steady, speed = exp.segment.copy(), exp.steady.copy(), exp.target_speed.copy()
+    seg[lost], steady[lost], speed[lost] = -1, False, 0.0
+    return dataclasses.replace(exp, segment=seg, steady=steady, target_speed=speed)
 
 
 def _replanned(exp, k, resume, start, settings, nominal, cause):
