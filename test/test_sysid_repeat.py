@@ -19,17 +19,20 @@ def sim():
     return load_node_params(CONFIG, 'sim_robot')
 
 
-def drive(plant, session, hold_from=None, hold_s=0.0, tell=True, late_from=None):
+def drive(plant, session, hold_from=None, hold_s=0.0, tell=True, late_from=None, holds=None):
     """Run the session on the plant as the node and supervisor would: commands at the
     command rate, samples at 500 Hz; from `hold_from` (s into the joint's run) for `hold_s`
-    the supervisor holds the position at that moment (the schedule's commands do not reach
-    the plant) and, when `tell`, the node reports it as the safety/state would. With
-    `late_from`, the node publishes nothing for `hold_s` (a stalled process)."""
+    (or each (from, s) of `holds`) the supervisor holds the position at that moment (the
+    schedule's commands do not reach the plant) and, when `tell`, the node reports it as the
+    safety/state would. With `late_from`, the node publishes nothing for `hold_s` (a stalled
+    process)."""
+    if holds is None:
+        holds = [] if hold_from is None else [(hold_from, hold_s)]
     dt = plant.dt
     cmd_dt = 1.0 / session.settings.command_rate_hz
     next_cmd = 0.0
     held_at = None
-    told = False
+    active = None
     for _ in range(200000):
         now = plant.time
         if int(round(now / dt)) % 2 == 0:
@@ -42,17 +45,18 @@ def drive(plant, session, hold_from=None, hold_s=0.0, tell=True, late_from=None)
             if not stalled:
                 names, pos, vel, eff = session.command(now)
                 rel = now - session.t0
-                holding = hold_from is not None and hold_from <= rel < hold_from + hold_s
-                if holding:
+                holding = next((h for h in holds if h[0] <= rel < h[0] + h[1]), None)
+                if holding is not None:
                     if held_at is None:
                         held_at = plant.measure(with_noise=False).position
+                        active = holding
                     plant.submit(plant.make_command(names, held_at, np.zeros(3), np.zeros(3)),
                                  arrival_time=now)
                 else:
-                    if held_at is not None and tell and not told:
-                        told = True
-                        session.disturbed(session.t0 + hold_from, 'safety_supervisor held '
+                    if active is not None and tell:
+                        session.disturbed(session.t0 + active[0], 'safety_supervisor held '
                                           'the commands (sysid stale)', held=True)
+                    held_at = active = None
                     plant.submit(plant.make_command(names, pos, vel, eff), arrival_time=now)
         if session.joint_over(now):
             return session.finish_joint()
@@ -111,7 +115,7 @@ def test_without_repeats_left_the_failure_names_the_disturbance(tmp_path, nomina
     drive(plant, session, hold_from=start - 0.05, hold_s=1.0)()
     assert len(session.failures) == 1, session.results
     detail = session.failures[0]['detail']
-    assert 'not repeated' in detail and 'safety_supervisor held' in detail, detail
+    assert '1 left out' in detail and 'safety_supervisor held' in detail, detail
 
 
 def test_past_its_repeats_a_held_segment_is_left_out_and_the_estimate_stands(tmp_path, nominal,
@@ -133,6 +137,24 @@ def test_past_its_repeats_a_held_segment_is_left_out_and_the_estimate_stands(tmp
     assert abs(fc['value'] - tr.coulomb_friction[1]) < 0.03 * tr.coulomb_friction[1]
     assert abs(fv['value'] - tr.viscous_damping[1]) < 0.05 * tr.viscous_damping[1]
     assert fv['repeated_segments'][0]['repeated'] is False
+
+
+def test_a_hold_outside_the_excitation_spends_no_repeat(tmp_path, nominal, sim):
+    """Held during the approach (no sweep lost: the target restarts from the robot, no
+    repeat spent), then in a sweep: with one repeat allowed, that sweep is still run again,
+    not left out."""
+    tr = truth(sim)
+    s = short('friction')
+    plant = make_plant(sim, tr)
+    session = SysidSession('friction', s, nominal, 'arm3', ['shoulder_pitch'], np.zeros(3),
+                           str(tmp_path), max_repeats=1)
+    first = session.experiment.excitation_start
+    sweep = _sweep_start(session, 1.2)
+    drive(plant, session, holds=[(first - 0.8, 0.3), (sweep + 0.05, 0.3)])()
+    assert not session.failures, session.failures
+    (before, _), (swept, repeated) = [(r['segment'], r['repeated']) for r in session.repeats]
+    assert before == -1 and swept >= 0 and repeated
+    assert np.any(session.experiments[0].segment == swept)   # run again, estimated from
 
 
 def test_a_joint_that_really_does_not_move_still_fails(tmp_path, nominal, sim):

@@ -189,7 +189,7 @@ def test_sysid_on_one_robot_while_the_other_deploys(two_robots):
     for attempt in range(2):   # a disturbed experiment (a stall of the machine) once more
         code, out = simreal('-n', 'left', 'sysid', 'latency', '--joints', 'elbow_pitch',
                             env=env, timeout=300)
-        if code == 0 or 'disturbed segment' not in out:
+        if code == 0 or 'disturbance(s) of this joint' not in out:
             break
     assert code == 0 and 'latency_id: ok' in out, out
     # Right was never e-stopped nor switched, and forwards its policy: a moment of safe output

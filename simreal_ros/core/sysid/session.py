@@ -125,13 +125,17 @@ class SysidSession:
         else:
             return False
         count = sum(1 for r in self.repeats if r['repeated'] and r['joint'] == exp.joint)
-        if count >= self.max_repeats:
+        if not touched.size:
+            # Held outside the excitation: nothing to repeat or leave out (no repeat spent),
+            # but the target must start again from where the robot stands.
+            self.repeats.append({'joint': exp.joint, 'segment': -1, 'cause': cause,
+                                 'at_s': round(float(exp.t[k]), 3), 'repeated': False})
+        elif count >= self.max_repeats:
             # No repeat left: the segments the disturbance touched are left out of the
             # estimate (a late or held command is not the motion the schedule labels), and
             # a held robot is still brought back to the schedule from where it stands.
             touched_ids = np.unique(seg[k_since:k + 1][seg[k_since:k + 1] >= 0])
-            self.repeats.append({'joint': exp.joint,
-                                 'segment': int(touched_ids[0]) if touched_ids.size else -1,
+            self.repeats.append({'joint': exp.joint, 'segment': int(touched_ids[0]),
                                  'cause': cause, 'at_s': round(float(exp.t[k]), 3),
                                  'repeated': False})
             exp = self.experiments[self.index] = _without_segments(exp, touched_ids)
@@ -145,8 +149,10 @@ class SysidSession:
         start = exp.position[k]
         if held and self.samples:
             start = np.asarray(self.samples[-1][1], float)
-        self.experiments[self.index] = _replanned(exp, k, resume, start, self.settings,
-                                                  self._planner, cause)
+        repeated = self.repeats[-1]['repeated']
+        self.experiments[self.index] = _replanned(
+            exp, k, resume, start, self.settings, self._planner,
+            f'repeat ({cause})' if repeated else f'back to the schedule ({cause})')
         self.total = sum(e.duration for e in self.experiments)
         return True
 
@@ -246,8 +252,10 @@ class SysidSession:
             repeats = [r for r in self.repeats if r['joint'] == joint]
             detail = exc.detail
             if repeats:
-                detail += (f' ({len(repeats)} disturbed segment(s) of this joint, '
-                           f'{sum(not r["repeated"] for r in repeats)} not repeated: '
+                left_out = sum(not r['repeated'] and r['segment'] >= 0 for r in repeats)
+                detail += (f' ({len(repeats)} disturbance(s) of this joint: '
+                           f'{sum(r["repeated"] for r in repeats)} segment(s) repeated, '
+                           f'{left_out} left out: '
                            + '; '.join(sorted({r['cause'] for r in repeats})) + ')')
             with self._lock:
                 self.failures.append({'joint': joint, 'reason': exc.reason,
@@ -292,7 +300,7 @@ def _without_segments(exp, ids):
     return dataclasses.replace(exp, segment=seg, steady=steady, target_speed=speed)
 
 
-def _replanned(exp, k, resume, start, settings, nominal, cause):
+def _replanned(exp, k, resume, start, settings, nominal, label):
     """The experiment `exp` with rows after `k` replaced by an approach from `start` to row
     `resume` and the rows from `resume` on; excitation rows in [resume, k] relabelled."""
     b = _Builder(settings, exp.index, start)
@@ -314,7 +322,7 @@ def _replanned(exp, k, resume, start, settings, nominal, cause):
     lost = np.arange(len(seg)) >= resume
     seg[lost], steady[lost], speed[lost] = -1, False, 0.0
     phases = [(s, n) for s, n in exp.phases if s <= exp.t[k]]
-    phases.append((float(t_rec[0]), f'repeat ({cause})'))
+    phases.append((float(t_rec[0]), label))
     phases.append((float(exp.t[resume] + shift), exp.phase_at(exp.t[resume])))
     phases += [(s + shift, n) for s, n in exp.phases if s > exp.t[resume]]
     z = np.zeros(n_rec)
