@@ -10,8 +10,10 @@ forwarding, or joint_states that arrived with a gap (`disturbed`). The next `com
 repeats the excitation segment the disturbance touched: the segment's rows already sent are
 relabelled as outside the excitation (never estimated from), a smooth approach from the
 measured pose leads back to the segment's start and the schedule continues from there. Each
-repeat is logged with its cause (`repeats`); after `max_repeats` per joint the run goes on
-with what it has, and an estimate that then fails says why.
+repeat is logged with its cause (`repeats`). Past `max_repeats` per joint a segment a
+disturbance touches is not repeated but left out of the estimate (logged, `repeated` false),
+and an estimate that then fails says why. A hold outside the excitation spends no repeat: the
+target only starts again from where the robot stands.
 """
 import dataclasses
 import os
@@ -34,7 +36,7 @@ class SysidSession:
     """Experiments of one kind on a list of joints, back to back."""
 
     def __init__(self, kind, settings, nominal, robot, joints, current_position, results_dir,
-                 physics_dt=0.001, max_repeats=6):
+                 physics_dt=0.001, max_repeats=3):
         self.kind = kind
         self.settings = settings
         self.nominal = nominal
