@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -98,6 +99,53 @@ def test_sysid_failing_after_disturbances_is_run_once_more(tmp_path, monkeypatch
     assert calls == ['friction_id', 'friction_id', 'inertia_id']
     out = capsys.readouterr().out
     assert 'elbow_pitch: not enough excitation after 1 disturbance(s); retrying' in out
+
+
+class _FakeStages:
+    """A supervisor that promotes on request and, with `demote_after`, drops one stage once
+    the demo has judged the top stage (as a clip on a busy machine did in CI)."""
+
+    def __init__(self, demote_after):
+        self.index, self.requests, self.demote_after = 0, 0, demote_after
+        self.stages = [0.1, 0.5, 1.0]
+
+    def state(self):
+        index = self.index
+        fault = None
+        if self.demote_after and self.requests == len(self.stages) - 1:
+            self.served = getattr(self, 'served', 0) + 1
+            if self.served > 2:    # the two reads that judge 1.00 see it, the one after not
+                index, fault = 1, {'cause': 'limit: rate clipped for elbow_pitch'}
+        return {'estop': False, 'output': 'forwarding', 'clips': {},
+                'stage': {'stage': self.stages[index], 'stage_index': index,
+                          'stages': self.stages, 'clean_for_s': 9.0, 'dwell_needed_s': 1.0,
+                          'last_fault': fault}}
+
+    def trigger(self, service, node):
+        self.requests += 1
+        self.index = min(self.index + 1, len(self.stages) - 1)
+        return types.SimpleNamespace(success=True, message='promoted')
+
+
+@pytest.mark.parametrize('demote_after', [False, True])
+def test_a_demotion_after_the_top_stage_was_measured_is_said_not_failed(tmp_path, monkeypatch,
+                                                                        demote_after):
+    from simreal_ros.deploy import graph as graph_mod
+    d = demo_mod.Demo('arm3', tmp_path)
+    fake = _FakeStages(demote_after)
+    d.ros = types.SimpleNamespace(set_bool=lambda *a: types.SimpleNamespace(success=True),
+                                  trigger=fake.trigger)
+    d.graph = types.SimpleNamespace(node=lambda name: name)
+    monkeypatch.setattr(d, 'state', fake.state)
+    monkeypatch.setattr(graph_mod, 'node_parameters', lambda graph, node: {'ease_in_s': 0.0})
+    detail = d._stages(None)
+    assert fake.requests == len(fake.stages) - 1    # promoted through every stage
+    if demote_after:
+        assert d.facts['demoted_after_top_stage'] == {
+            'to': 0.5, 'cause': 'limit: rate clipped for elbow_pitch'}
+        assert 'demoted to 0.50 afterwards (limit: rate clipped' in detail
+    else:
+        assert 'demoted_after_top_stage' not in d.facts and 'demoted' not in detail
 
 
 def test_the_demo_makes_the_arm3_swing_policy(tmp_path):

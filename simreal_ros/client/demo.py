@@ -505,13 +505,25 @@ class Demo:
         self.facts['policy_clips'] = {'total': clips, 'while_promoting': staged,
                                       'explanation': why}
         self.facts['unplanned_estops'] = trips
-        if final['stage']['stage_index'] != len(scales) - 1 or not done:
+        last = final['stage']
+        if done and last['stage_index'] != len(scales) - 1:
+            # The top stage was reached and its swing measured; the supervisor demoted it
+            # afterwards, while the swing ramped down (a clip on a busy machine). Said and
+            # kept in the facts: the promotion this step shows did happen.
+            cause = (last.get('last_fault') or {}).get('cause', 'no cause given')
+            self.facts['demoted_after_top_stage'] = {'to': last['stage'], 'cause': cause}
+            self.say(f'    after the top stage was measured: stage {last["stage"]:.2f} '
+                     f'({cause})')
+        elif not done:
             raise RuntimeError(f'reached stage {final["stage"]["stage"]} of {scales[-1]} '
                                f'({final.get("estop_cause") or final.get("safe_reason")}'
                                + (f'; last refusal: {refused}' if refused else '') + '); '
                                f'amplitudes {self.facts["stage_amplitude_rad"]}')
         detail = (f'stages {" -> ".join(f"{x:.2f}" for x in scales)} with {DEMO_DWELL_S:g} s '
                   f'dwell; unplanned e-stops {len(trips)}')
+        after = self.facts.get('demoted_after_top_stage')
+        if after:
+            detail += f'; demoted to {after["to"]:.2f} afterwards ({after["cause"]})'
         if swing is None:
             return detail + f'; clipped outputs {sum(clips.values())}'
         amps = [self.stage_amplitude.get(f'{x:.2f}', {}).get('amplitude_rad') for x in scales]
