@@ -506,12 +506,14 @@ class Demo:
                                       'explanation': why}
         self.facts['unplanned_estops'] = trips
         last = final['stage']
+        demoted = None
         if done and last['stage_index'] != len(scales) - 1:
             # The top stage was reached and its swing measured; the supervisor demoted it
             # afterwards, while the swing ramped down (a clip on a busy machine). Said and
             # kept in the facts: the promotion this step shows did happen.
             cause = (last.get('last_fault') or {}).get('cause', 'no cause given')
-            self.facts['demoted_after_top_stage'] = {'to': last['stage'], 'cause': cause}
+            demoted = self.facts['demoted_after_top_stage'] = {'to': last['stage'],
+                                                               'cause': cause}
             self.say(f'    after the top stage was measured: stage {last["stage"]:.2f} '
                      f'({cause})')
         elif not done:
@@ -521,9 +523,8 @@ class Demo:
                                f'amplitudes {self.facts["stage_amplitude_rad"]}')
         detail = (f'stages {" -> ".join(f"{x:.2f}" for x in scales)} with {DEMO_DWELL_S:g} s '
                   f'dwell; unplanned e-stops {len(trips)}')
-        after = self.facts.get('demoted_after_top_stage')
-        if after:
-            detail += f'; demoted to {after["to"]:.2f} afterwards ({after["cause"]})'
+        if demoted:
+            detail += f'; demoted to {demoted["to"]:.2f} afterwards ({demoted["cause"]})'
         if swing is None:
             return detail + f'; clipped outputs {sum(clips.values())}'
         amps = [self.stage_amplitude.get(f'{x:.2f}', {}).get('amplitude_rad') for x in scales]
