@@ -6,6 +6,7 @@ This process taps `rt/lowcmd` (what the robot is told) and can write to it (a co
 command), as a second CycloneDDS participant on the robot's domain.
 """
 import json
+import re
 import signal
 import time
 
@@ -165,11 +166,25 @@ def test_nothing_before_lowstate_then_damping_with_mode_machine_copied_and_arms_
         tap.close()
 
 
-MARGIN_S = 0.3   # a CI run saw 207 ms for a 100 ms timeout: delivery to this test's tap
+MARGIN_S = 0.3   # scheduling: a tick of the bridge late on a loaded 2-core CI machine
+
+
+def first_cause(states, since, word):
+    """The first driver/state cause naming `word` that arrived after `since`, and the age in
+    ms the bridge put in it (what it measured when it decided to damp)."""
+    for t, m in states.since(since):
+        cause = json.loads(m.data)['cause']
+        if word in cause:
+            return cause, float(re.search(r'([0-9.]+) ms', cause).group(1))
+    return None
 
 
 def test_a_frozen_robot_and_a_dead_supervisor_each_give_damping_on_the_wire(ros, wire,
                                                                              tmp_path):
+    """Each watchdog is judged by the age the bridge read when it switched to damping (its
+    driver/state names it): the arrival on this test's tap adds delivery to a pytest process
+    whose threads share one interpreter lock, and stop-36's CI saw 377 ms there for a switch
+    the bridge makes at ~51 ms. The wire must still carry the damping, and only damping."""
     tap = Tap(wire)
     try:
         with Rig(ARM3, bridge={}, tmp=str(tmp_path)) as rig:
@@ -183,15 +198,17 @@ def test_a_frozen_robot_and_a_dead_supervisor_each_give_damping_on_the_wire(ros,
             wait_for(lambda: any(damping(r, ARM_MOTORS) for _, r in tap.since(frozen)), 5,
                      what='damping on rt/lowcmd after the robot froze')
             t_damp = next(t for t, r in tap.since(frozen) if damping(r, ARM_MOTORS))
-            # Bounds are behaviour, not latency (benches measure that): the timeout plus a
-            # scheduling margin a loaded 2-core CI machine keeps; without the watchdog the
-            # damping never comes and the wait above fails.
-            assert t_damp - frozen < 0.05 + MARGIN_S, f'{(t_damp - frozen) * 1e3:.0f} ms'
             # driver/state comes over ROS, the tap's damping over CycloneDDS: a CI run read
             # it before the state arrived
-            wait_for(lambda: any('LowState_' in json.loads(m.data)['cause']
-                                 for _, m in states.all()), 5,
+            wait_for(lambda: first_cause(states, frozen, 'LowState_'), 5,
                      what='driver/state naming the stale LowState_')
+            cause, age_ms = first_cause(states, frozen, 'LowState_')
+            # Without the watchdog no damping comes (the waits above fail); with a longer
+            # timeout than configured, the age says so.
+            assert 50 <= age_ms < (0.05 + MARGIN_S) * 1e3, (
+                f'{cause} (on the tap {(t_damp - frozen) * 1e3:.0f} ms after SIGSTOP)')
+            time.sleep(0.2)        # frozen for longer: damping, never the last target
+            assert all(damping(r, ARM_MOTORS) for _, r in tap.since(t_damp + 0.01))
             rig.signal('sim_robot', signal.SIGCONT)
             # The supervisor dies: damping within command_timeout_s (0.1 s) and a margin.
             rig.wait_forwarding()
@@ -202,9 +219,11 @@ def test_a_frozen_robot_and_a_dead_supervisor_each_give_damping_on_the_wire(ros,
             wait_for(lambda: any(damping(r, ARM_MOTORS) for _, r in tap.since(killed)), 5,
                      what='damping on rt/lowcmd after the supervisor died')
             t_damp = next(t for t, r in tap.since(killed) if damping(r, ARM_MOTORS))
-            assert t_damp - killed < 0.1 + MARGIN_S, f'{(t_damp - killed) * 1e3:.0f} ms'
-            wait_for(lambda: 'heartbeat' in json.loads(states.all()[-1][1].data)['cause'], 5,
+            wait_for(lambda: first_cause(states, killed, 'heartbeat'), 5,
                      what='driver/state naming the silent heartbeat')
+            cause, age_ms = first_cause(states, killed, 'heartbeat')
+            assert 100 <= age_ms < (0.1 + MARGIN_S) * 1e3, (
+                f'{cause} (on the tap {(t_damp - killed) * 1e3:.0f} ms after SIGKILL)')
             # ... and it stays damping: never the last target (half a second of it).
             time.sleep(0.5)
             assert all(damping(r, ARM_MOTORS) for _, r in tap.since(t_damp + 0.01))
