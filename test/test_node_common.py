@@ -305,3 +305,52 @@ def test_an_integer_for_a_floating_point_parameter_is_a_configuration_error_nami
         node.destroy_node()
     finally:
         rclpy.try_shutdown()
+
+
+@pytest.mark.ros
+def test_a_teardown_that_hangs_after_a_signal_is_cut_short_with_every_stack_printed():
+    """A node whose destroy_node never returns (CI saw inertia_id hang past launch's 5 s):
+    run() still exits after SIGINT, 0 as a signalled stop does, after before_shutdown, with a
+    line naming the hang and the stacks of its threads (the blocked destroy_node among them).
+    Without the bound the process never exits and the wait below fails."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from simreal_ros.core.config import source_root
+    code = '\n'.join([
+        'import threading',
+        'from rclpy.node import Node',
+        'from simreal_ros.nodes.common import run',
+        'class Stuck(Node):',
+        '    NODE_NAME = "stuck_teardown"',
+        '    def __init__(self):',
+        '        super().__init__(self.NODE_NAME)',
+        '        self.create_timer(0.05, lambda: print("spinning", flush=True))',
+        '    def before_shutdown(self):',
+        '        print("safe output sent", flush=True)',
+        '    def destroy_node(self):',
+        '        threading.Event().wait()',
+        'raise SystemExit(run(Stuck))'])
+    proc = subprocess.Popen([sys.executable, '-c', code], cwd=source_root(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = ''
+        while 'spinning' not in line:
+            line = proc.stdout.readline()
+            assert line, 'the node never spun'
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=20)
+        took = time.monotonic() - t0
+        out = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 0, out[-3000:]
+    assert 'safe output sent' in out
+    assert '[stuck_teardown] ERROR: the ROS teardown' in out and 'hung 3 s' in out, out[-3000:]
+    assert 'destroy_node' in out, out[-3000:]      # where it hung, from the stack dump
+    assert 'finished cleanly' not in out
+    assert took >= 3.0, took                        # not before the bound

@@ -514,15 +514,56 @@ def run(node_class, args=None):
             code = 1
     finally:
         _before_shutdown(node, name)
-        if executor is not None:
-            executor.shutdown(timeout_sec=1.0)
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+        with _TeardownBound(name, TEARDOWN_S, 0 if code == 0 else code):
+            if executor is not None:
+                executor.shutdown(timeout_sec=1.0)
+            if node is not None:
+                node.destroy_node()
+            rclpy.try_shutdown()
         stop.restore()
     if stop.signal is not None and code == 0:
         print(f'[{name}] finished cleanly', file=sys.stderr, flush=True)
     return code
+
+
+TEARDOWN_S = 3.0   # within launch's 5 s from SIGINT to SIGTERM, after before_shutdown
+
+
+class _TeardownBound:
+    """The library teardown after a node's work is done (executor shutdown, destroy_node,
+    rclpy shutdown), bounded: past `seconds` every thread's stack goes to stderr with a line
+    naming the hang, and the process exits with `code` (the node's own: its safe output went
+    out in before_shutdown, and the operating system frees what the teardown would have).
+    CI saw an idle inertia_id not exit 5 s after launch's SIGINT (ros2 launch escalated to
+    SIGTERM, which the node notes and ignores), and a friction_id hung in rclpy's
+    destroy_node (destroy_when_not_in_use) under load: a Ctrl-C must still stop the graph."""
+
+    def __init__(self, name, seconds, code):
+        import threading
+        self.name, self.seconds, self.code = name, seconds, code
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True,
+                                       name='teardown-bound')
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        return False
+
+    def _watch(self):
+        if self.done.wait(self.seconds):
+            return
+        import faulthandler
+        print(f'[{self.name}] ERROR: the ROS teardown (executor shutdown, destroy_node, '
+              f'rclpy shutdown) hung {self.seconds:g} s after the node stopped; exiting '
+              f'{self.code} without it. Every thread\'s stack:', file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(self.code)
 
 
 def _stacks_on_sigusr1():
