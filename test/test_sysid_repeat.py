@@ -229,3 +229,29 @@ def test_the_node_reports_a_supervisor_hold_and_its_own_late_commands():
     assert [round(c[0], 3) for c in calls] == [10.1, 10.4], calls   # since the last good state
     assert all(c[2] for c in calls)
     assert 'sysid stale: 80 ms' in calls[0][1]
+
+
+def test_disturbances_that_never_stop_cut_the_joint_short_and_name_them(tmp_path, nominal,
+                                                                       sim):
+    """The supervisor holds the commands for 40 ms of every 100 ms from 1 s on (a computer
+    too loaded to keep them fresh): each hold re-plans the joint back to its schedule, which
+    never catches up. Past max_duration_factor times the plan the joint ends as a failure
+    ('disturbed', cut short), naming the disturbances, with nothing estimated; without the
+    bound the joint never ends (drive raises)."""
+    tr = truth(sim)
+    s = short('friction')
+    plant = make_plant(sim, tr)
+    session = SysidSession('friction', s, nominal, 'arm3', ['shoulder_pitch'], np.zeros(3),
+                           str(tmp_path), max_duration_factor=2.0)
+    planned = session.experiment.duration
+    holds = [(t, 0.04) for t in np.arange(1.0, 4 * planned, 0.1)]
+    work = drive(plant, session, holds=holds)
+    assert 2.0 * planned < plant.time < 2.0 * planned + 0.1, (plant.time, planned)
+    work()
+    assert not session.results
+    [failure] = session.failures
+    assert failure['reason'] == 'disturbed' and failure['joint'] == 'shoulder_pitch'
+    assert 'cut short after' in failure['detail'], failure
+    assert 'disturbance(s) of this joint' in failure['detail'], failure
+    assert 'safety_supervisor held the commands' in failure['detail'], failure
+    assert failure['repeats'] and session.commanding_done

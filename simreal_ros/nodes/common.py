@@ -514,7 +514,7 @@ def run(node_class, args=None):
             code = 1
     finally:
         _before_shutdown(node, name)
-        with _TeardownBound(name, TEARDOWN_S, 0 if code == 0 else code):
+        with _TeardownBound(name, TEARDOWN_S, code):
             if executor is not None:
                 executor.shutdown(timeout_sec=1.0)
             if node is not None:

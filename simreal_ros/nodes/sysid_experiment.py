@@ -241,6 +241,11 @@ class SysidNode(Node):
                                    'of the estimate (still reported), and a joint fails only '
                                    'when what is left is not enough', low=0, high=100,
                                    read_only=True)
+        p['max_duration_factor'] = declare(
+            self, 'max_duration_factor', 2.5, 'a joint still running after this many times '
+            'its planned robot time (disturbances that never stop) ends as a failure '
+            '(disturbed, cut short) and the run goes on', low=1.0, high=100.0,
+            read_only=True)
         p['simulation_dt'] = declare(self, 'simulation_dt', 0.001, 'step of the joint '
                                      'simulation the latency estimate aligns with (s)',
                                      low=1e-4, high=0.01, read_only=True)
@@ -408,7 +413,8 @@ class SysidNode(Node):
         try:
             session = SysidSession(self.KIND, settings, self.nominal, self.robot, self.joints,
                                    hold, self.p['results_dir'], self.p['simulation_dt'],
-                                   max_repeats=self.p['max_repeats'])
+                                   max_repeats=self.p['max_repeats'],
+                                   max_duration_factor=self.p['max_duration_factor'])
             for exp in session.experiments:
                 bad = check_limits(exp, settings, self.nominal)
                 if bad:

@@ -13,7 +13,9 @@ measured pose leads back to the segment's start and the schedule continues from 
 repeat is logged with its cause (`repeats`). Past `max_repeats` per joint a segment a
 disturbance touches is not repeated but left out of the estimate (logged, `repeated` false),
 and an estimate that then fails says why. A hold outside the excitation spends no repeat: the
-target only starts again from where the robot stands.
+target only starts again from where the robot stands. A joint still running after
+`max_duration_factor` times its planned robot time (disturbances that never stop) ends as a
+failure ('disturbed', cut short) with nothing estimated, and the run goes on to the next joint.
 """
 import dataclasses
 import os
@@ -36,7 +38,7 @@ class SysidSession:
     """Experiments of one kind on a list of joints, back to back."""
 
     def __init__(self, kind, settings, nominal, robot, joints, current_position, results_dir,
-                 physics_dt=0.001, max_repeats=3):
+                 physics_dt=0.001, max_repeats=3, max_duration_factor=2.5):
         self.kind = kind
         self.settings = settings
         self.nominal = nominal
@@ -53,6 +55,9 @@ class SysidSession:
             self.experiments.append(exp)
             start = exp.position[-1]
         self.total = sum(e.duration for e in self.experiments)
+        self.planned = [e.duration for e in self.experiments]
+        self.max_duration_factor = max_duration_factor
+        self._cut_short = None   # (robot time, planned) of a joint ended by its time bound
         self.index = 0
         self.t0 = None
         self._reset_log()
@@ -175,8 +180,20 @@ class SysidSession:
         return self.samples[-1][0] + self.t0
 
     def joint_over(self, now):
-        return (self.t0 is not None and not self.commanding_done
-                and now - self.t0 > self.experiment.duration)
+        """True when the current joint's schedule is over, or when it has taken
+        `max_duration_factor` times its planned robot time: disturbances that never stop (a
+        supervisor holding the commands every few tens of ms) would otherwise re-plan it for
+        ever; `finish_joint` then reports it cut short, naming the disturbances."""
+        if self.t0 is None or self.commanding_done:
+            return False
+        elapsed = now - self.t0
+        if elapsed > self.experiment.duration:
+            return True
+        planned = self.planned[self.index]
+        if elapsed > self.max_duration_factor * planned:
+            self._cut_short = (elapsed, planned)
+            return True
+        return False
 
     def progress(self, now):
         done = sum(e.duration for e in self.experiments[:self.index])
@@ -202,10 +219,34 @@ class SysidSession:
         exp = self.experiment
         rec = self._recording(exp)
         t0 = self.t0
+        cut, self._cut_short = self._cut_short, None
         self.index += 1
         self.t0 = None
         self._reset_log()
+        if cut is not None:
+            return lambda: self._cut_short_failure(exp, *cut)
         return lambda: self._identify_safely(exp, rec, t0)
+
+    def _disturbance_summary(self, joint):
+        """This joint's repeats and ' (N disturbance(s) of this joint: ...)', or ''."""
+        repeats = [r for r in self.repeats if r['joint'] == joint]
+        if not repeats:
+            return repeats, ''
+        left_out = sum(not r['repeated'] and r['segment'] >= 0 for r in repeats)
+        return repeats, (f' ({len(repeats)} disturbance(s) of this joint: '
+                         f'{sum(r["repeated"] for r in repeats)} segment(s) repeated, '
+                         f'{left_out} left out: '
+                         + '; '.join(sorted({r['cause'] for r in repeats})) + ')')
+
+    def _cut_short_failure(self, exp, elapsed, planned):
+        repeats, summary = self._disturbance_summary(exp.joint)
+        with self._lock:
+            self.failures.append({
+                'joint': exp.joint, 'reason': 'disturbed',
+                'detail': (f'cut short after {elapsed:.1f} s of robot time, '
+                           f'{self.max_duration_factor:g} x the {planned:.1f} s planned '
+                           f'(max_duration_factor), nothing estimated' + summary),
+                'repeats': repeats})
 
     def _identify_safely(self, exp, rec, t0):
         try:
@@ -251,14 +292,8 @@ class SysidSession:
                                        self.settings.max_latency_s, lim)
                 base = baselines.baseline_latency(rec, exp)
         except IdentificationError as exc:
-            repeats = [r for r in self.repeats if r['joint'] == joint]
-            detail = exc.detail
-            if repeats:
-                left_out = sum(not r['repeated'] and r['segment'] >= 0 for r in repeats)
-                detail += (f' ({len(repeats)} disturbance(s) of this joint: '
-                           f'{sum(r["repeated"] for r in repeats)} segment(s) repeated, '
-                           f'{left_out} left out: '
-                           + '; '.join(sorted({r['cause'] for r in repeats})) + ')')
+            repeats, summary = self._disturbance_summary(joint)
+            detail = exc.detail + summary
             with self._lock:
                 self.failures.append({'joint': joint, 'reason': exc.reason,
                                       'detail': detail, 'data_file': data_file,
