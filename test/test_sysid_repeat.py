@@ -235,18 +235,20 @@ def test_disturbances_that_never_stop_cut_the_joint_short_and_name_them(tmp_path
                                                                        sim):
     """The supervisor holds the commands for 40 ms of every 100 ms from 1 s on (a computer
     too loaded to keep them fresh): each hold re-plans the joint back to its schedule, which
-    never catches up. Past max_duration_factor times the plan the joint ends as a failure
-    ('disturbed', cut short), naming the disturbances, with nothing estimated; without the
-    bound the joint never ends (drive raises)."""
+    never catches up. Past its budget (the plan and max_repeats repeats of its longest
+    segment, times max_duration_factor) the joint ends as a failure ('disturbed', cut short),
+    naming the disturbances, with nothing estimated; without the bound the joint never ends
+    (drive raises)."""
     tr = truth(sim)
     s = short('friction')
     plant = make_plant(sim, tr)
     session = SysidSession('friction', s, nominal, 'arm3', ['shoulder_pitch'], np.zeros(3),
-                           str(tmp_path), max_duration_factor=2.0)
-    planned = session.experiment.duration
-    holds = [(t, 0.04) for t in np.arange(1.0, 4 * planned, 0.1)]
+                           str(tmp_path))
+    planned, budget = session.experiment.duration, session.budget[0]
+    assert planned * 1.5 < budget < planned * 4, (planned, budget)
+    holds = [(t, 0.04) for t in np.arange(1.0, 2 * budget, 0.1)]
     work = drive(plant, session, holds=holds)
-    assert 2.0 * planned < plant.time < 2.0 * planned + 0.1, (plant.time, planned)
+    assert budget < plant.time < budget + 0.1, (plant.time, budget)
     work()
     assert not session.results
     [failure] = session.failures

@@ -242,10 +242,10 @@ class SysidNode(Node):
                                    'when what is left is not enough', low=0, high=100,
                                    read_only=True)
         p['max_duration_factor'] = declare(
-            self, 'max_duration_factor', 2.5, 'a joint still running after this many times '
-            'its planned robot time (disturbances that never stop) ends as a failure '
-            '(disturbed, cut short) and the run goes on', low=1.0, high=100.0,
-            read_only=True)
+            self, 'max_duration_factor', 1.5, 'a joint still running after this times its '
+            'planned robot time plus max_repeats repeats of its longest segment '
+            '(disturbances that never stop) ends as a failure (disturbed, cut short) and the '
+            'run goes on', low=1.0, high=100.0, read_only=True)
         p['simulation_dt'] = declare(self, 'simulation_dt', 0.001, 'step of the joint '
                                      'simulation the latency estimate aligns with (s)',
                                      low=1e-4, high=0.01, read_only=True)

@@ -13,9 +13,10 @@ measured pose leads back to the segment's start and the schedule continues from 
 repeat is logged with its cause (`repeats`). Past `max_repeats` per joint a segment a
 disturbance touches is not repeated but left out of the estimate (logged, `repeated` false),
 and an estimate that then fails says why. A hold outside the excitation spends no repeat: the
-target only starts again from where the robot stands. A joint still running after
-`max_duration_factor` times its planned robot time (disturbances that never stop) ends as a
-failure ('disturbed', cut short) with nothing estimated, and the run goes on to the next joint.
+target only starts again from where the robot stands. A joint still running past its budget
+(its plan and `max_repeats` repeats of its longest segment, times `max_duration_factor`:
+disturbances that never stop) ends as a failure ('disturbed', cut short) with nothing
+estimated, and the run goes on to the next joint.
 """
 import dataclasses
 import os
@@ -38,7 +39,7 @@ class SysidSession:
     """Experiments of one kind on a list of joints, back to back."""
 
     def __init__(self, kind, settings, nominal, robot, joints, current_position, results_dir,
-                 physics_dt=0.001, max_repeats=3, max_duration_factor=2.5):
+                 physics_dt=0.001, max_repeats=3, max_duration_factor=1.5):
         self.kind = kind
         self.settings = settings
         self.nominal = nominal
@@ -55,9 +56,13 @@ class SysidSession:
             self.experiments.append(exp)
             start = exp.position[-1]
         self.total = sum(e.duration for e in self.experiments)
-        self.planned = [e.duration for e in self.experiments]
         self.max_duration_factor = max_duration_factor
-        self._cut_short = None   # (robot time, planned) of a joint ended by its time bound
+        # Robot time a joint may take: its plan with every repeat it may spend (each at most
+        # its longest segment), times max_duration_factor for the approaches back.
+        self.budget = [max_duration_factor * (e.duration + max_repeats * _longest_segment(e))
+                       for e in self.experiments]
+        self.planned = [e.duration for e in self.experiments]
+        self._cut_short = None   # (robot time, planned, budget) of a joint cut short
         self.index = 0
         self.t0 = None
         self._reset_log()
@@ -180,18 +185,18 @@ class SysidSession:
         return self.samples[-1][0] + self.t0
 
     def joint_over(self, now):
-        """True when the current joint's schedule is over, or when it has taken
-        `max_duration_factor` times its planned robot time: disturbances that never stop (a
-        supervisor holding the commands every few tens of ms) would otherwise re-plan it for
-        ever; `finish_joint` then reports it cut short, naming the disturbances."""
+        """True when the current joint's schedule is over, or when it has run past its
+        budget (`budget`: the plan and `max_repeats` repeats of its longest segment, times
+        `max_duration_factor`): disturbances that never stop (a supervisor holding the
+        commands every few tens of ms) would otherwise re-plan it for ever; `finish_joint`
+        then reports it cut short, naming the disturbances."""
         if self.t0 is None or self.commanding_done:
             return False
         elapsed = now - self.t0
         if elapsed > self.experiment.duration:
             return True
-        planned = self.planned[self.index]
-        if elapsed > self.max_duration_factor * planned:
-            self._cut_short = (elapsed, planned)
+        if elapsed > self.budget[self.index]:
+            self._cut_short = (elapsed, self.planned[self.index], self.budget[self.index])
             return True
         return False
 
@@ -238,14 +243,15 @@ class SysidSession:
                          f'{left_out} left out: '
                          + '; '.join(sorted({r['cause'] for r in repeats})) + ')')
 
-    def _cut_short_failure(self, exp, elapsed, planned):
+    def _cut_short_failure(self, exp, elapsed, planned, budget):
         repeats, summary = self._disturbance_summary(exp.joint)
         with self._lock:
             self.failures.append({
                 'joint': exp.joint, 'reason': 'disturbed',
-                'detail': (f'cut short after {elapsed:.1f} s of robot time, '
-                           f'{self.max_duration_factor:g} x the {planned:.1f} s planned '
-                           f'(max_duration_factor), nothing estimated' + summary),
+                'detail': (f'cut short after {elapsed:.1f} s of robot time (planned '
+                           f'{planned:.1f} s; budget {budget:.1f} s with '
+                           f'max_repeats {self.max_repeats} and max_duration_factor '
+                           f'{self.max_duration_factor:g}), nothing estimated' + summary),
                 'repeats': repeats})
 
     def _identify_safely(self, exp, rec, t0):
@@ -324,6 +330,15 @@ class SysidSession:
         own.fits['inertia'] = estimate_inertia(rec, exp, self.nominal,
                                                self.settings.torque_limit[i])
         return joint_params_from(own, i, n)
+
+
+def _longest_segment(exp):
+    """Duration (s) of the longest excitation segment of `exp` (0 without any)."""
+    longest = 0.0
+    for s_id in np.unique(exp.segment[exp.segment >= 0]):
+        rows = np.nonzero(exp.segment == s_id)[0]
+        longest = max(longest, float(exp.t[rows[-1]] - exp.t[rows[0]]))
+    return longest
 
 
 def _without_segments(exp, ids):
