@@ -15,8 +15,9 @@ disturbance touches is not repeated but left out of the estimate (logged, `repea
 and an estimate that then fails says why. A hold outside the excitation spends no repeat: the
 target only starts again from where the robot stands. A joint still running past its budget
 (its plan and `max_repeats` repeats of its longest segment, times `max_duration_factor`:
-disturbances that never stop) ends as a failure ('disturbed', cut short) with nothing
-estimated, and the run goes on to the next joint.
+disturbances that never stop) is brought back to its end pose by a smooth approach from where
+it stands and ends as a failure ('disturbed', cut short) with nothing estimated; the run goes
+on to the next joint.
 """
 import dataclasses
 import os
@@ -100,9 +101,13 @@ class SysidSession:
             k = int(row_at(exp.t, np.array([now - self.t0]))[0])
             with self._lock:
                 pending, self._pending = self._pending, None
-            if pending is not None and self._repeat(k, *pending):
-                exp = self.experiment
-                k = int(row_at(exp.t, np.array([now - self.t0]))[0])
+            if self._cut_short is None and now - self.t0 > self.budget[self.index]:
+                self._cut(now, k)
+                pending = None
+            if pending is not None:
+                self._repeat(k, *pending)
+            exp = self.experiment      # re-planned or not: the row now
+            k = int(row_at(exp.t, np.array([now - self.t0]))[0])
             self.cmd_log.append((now - self.t0, k))
         return exp.names, exp.position[k], exp.velocity[k], exp.effort[k]
 
@@ -110,8 +115,8 @@ class SysidSession:
         """Note that from `since` (command clock) the commands were late or held (`held`: the
         supervisor stopped forwarding them), or measurements missing; `command` repeats the
         excitation segment this touched (thread-safe: any callback may call it)."""
-        if self.t0 is None or self.commanding_done:
-            return
+        if self.t0 is None or self.commanding_done or self._cut_short is not None:
+            return      # (a joint cut short only goes back to its end pose: nothing re-planned)
         with self._lock:
             if self._pending is None:
                 self._pending = (since, cause, held)
@@ -184,21 +189,23 @@ class SysidSession:
             return default
         return self.samples[-1][0] + self.t0
 
+    def _cut(self, now, k):
+        """The joint has run past its budget (`budget`: the plan and `max_repeats` repeats
+        of its longest segment, times `max_duration_factor`): disturbances that never stop (a
+        supervisor holding the commands every few tens of ms) would re-plan it for ever. The
+        rest of its schedule becomes a smooth approach from the measured pose to its end pose
+        (never a jump), with no more re-planning; `finish_joint` then reports it cut short."""
+        exp = self.experiment
+        self._cut_short = (now - self.t0, self.planned[self.index], self.budget[self.index])
+        start = np.asarray(self.samples[-1][1], float) if self.samples else exp.position[k]
+        self.experiments[self.index] = _replanned(
+            exp, k, len(exp.t) - 1, start, self.settings, self._planner,
+            'cut short: back to the end pose')
+        self.total = sum(e.duration for e in self.experiments)
+
     def joint_over(self, now):
-        """True when the current joint's schedule is over, or when it has run past its
-        budget (`budget`: the plan and `max_repeats` repeats of its longest segment, times
-        `max_duration_factor`): disturbances that never stop (a supervisor holding the
-        commands every few tens of ms) would otherwise re-plan it for ever; `finish_joint`
-        then reports it cut short, naming the disturbances."""
-        if self.t0 is None or self.commanding_done:
-            return False
-        elapsed = now - self.t0
-        if elapsed > self.experiment.duration:
-            return True
-        if elapsed > self.budget[self.index]:
-            self._cut_short = (elapsed, self.planned[self.index], self.budget[self.index])
-            return True
-        return False
+        return (self.t0 is not None and not self.commanding_done
+                and now - self.t0 > self.experiment.duration)
 
     def progress(self, now):
         done = sum(e.duration for e in self.experiments[:self.index])
@@ -251,7 +258,8 @@ class SysidSession:
                 'detail': (f'cut short after {elapsed:.1f} s of robot time (planned '
                            f'{planned:.1f} s; budget {budget:.1f} s with '
                            f'max_repeats {self.max_repeats} and max_duration_factor '
-                           f'{self.max_duration_factor:g}), nothing estimated' + summary),
+                           f'{self.max_duration_factor:g}) and brought back to its end pose, '
+                           'nothing estimated' + summary),
                 'repeats': repeats})
 
     def _identify_safely(self, exp, rec, t0):
