@@ -301,10 +301,13 @@ def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe
             log = outside / f'run{attempt}' / f'sysid{attempt}.log'
             text = log.read_text(errors='replace') if log.is_file() else ''
             causes = [line for line in text.splitlines() if any(k in line for k in WATCHDOG_ESTOP)]
-            if attempt == 3 or not causes:
+            # an experiment that failed after disturbances (the machine's load, named in the
+            # result) is run once more, as simreal demo does
+            disturbed = 'disturbance(s) of this joint' in str(exc)
+            if attempt == 3 or not (causes or disturbed):
                 raise
-            print(f'RETRY {attempt}: a watchdog e-stop during the sequence: {causes[0][-200:]} '
-                  f'(failure: {str(exc).splitlines()[0][:200]})')
+            why = causes[0][-200:] if causes else 'the experiment failed after disturbances'
+            print(f'RETRY {attempt}: {why} (failure: {str(exc).splitlines()[0][:300]})')
 
 
 def readme_friction_sequence(ros2_env, outside, probe, name):
@@ -353,6 +356,7 @@ def readme_friction_sequence(ros2_env, outside, probe, name):
         plant = ARM3['/**/sim_robot']['ros__parameters']['plant']
         names = ARM3['/**']['ros__parameters']['joint_names']
         truth = plant['coulomb_friction'][names.index(joint)]
+        assert ('coulomb_friction', joint) in got, f'no friction result: {doc.get("failures")}'
         assert got[('coulomb_friction', joint)] == pytest.approx(truth, rel=0.05), doc
         p.watch_commands()
         wait_for(lambda: p.commands, 10, what='hardware/command in the test process')
