@@ -63,9 +63,13 @@ def two_robots(tmp_path):
             # processes starting at once stalled right's joint_states for 204 ms and e-stopped
             # it (rightly: test_safety_node_faults tests that watchdog). The namespaces are
             # the test here.
+            # The SysID input likewise gets 0.2 s (the file says 0.06): ci16 saw /left's
+            # latency experiment held at 60-62 ms stamps until its one segment was used up,
+            # twice (test_safety_node tests that watchdog).
             rates = ['--param', 'sim_robot:publish_rate_hz=250.0',
                      '--param', 'safety_supervisor:rate_hz=250.0',
-                     '--param', 'safety_supervisor:joint_states_timeout_s=0.5']
+                     '--param', 'safety_supervisor:joint_states_timeout_s=0.5',
+                     '--param', 'safety_supervisor:sysid_timeout_s=0.2']
             ups[ns] = subprocess.Popen(
                 [sys.executable, '-m', 'simreal_ros.client.cli', '-n', ns, 'up', '--policy', policy]
                 + rviz + rates,
