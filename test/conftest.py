@@ -1,8 +1,11 @@
-"""Test session set-up: DDS stays on loopback in a private domain, shared data is found by path."""
+"""Test session set-up: DDS stays on loopback in a private domain; the third-party assets are
+copied from ../shared into a folder of the session's own (`simreal assets fetch --from`)."""
 import fcntl
 import os
 import random
 from pathlib import Path
+import shutil
+import tempfile
 
 import pytest
 
@@ -48,15 +51,40 @@ prefer_udp_transport()
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / 'shared'
-G1_DIR = SHARED / 'robots' / 'unitree_g1_12dof'
+
+
+def _session_assets():
+    """Give this session (and every process its tests start) an assets folder of its own.
+
+    With ../shared beside the repository, SIMREAL_ASSETS_DIR is a new temporary folder that
+    pytest_configure fills with `simreal assets fetch --from ../shared` (copies, checked against
+    the manifest's sha256: a test can write nothing into ../shared through it). Without it, the
+    user's own assets folder is used as it is (tests needing a missing asset are skipped, with
+    the reason; under CI=true the session is refused instead).
+    """
+    if not SHARED.is_dir():
+        return None
+    folder = Path(tempfile.mkdtemp(prefix='simreal-test-assets-'))
+    os.environ['SIMREAL_ASSETS_DIR'] = str(folder)
+    return folder
+
+
+SESSION_ASSETS = _session_assets()
+
+
+def require_asset(name):
+    """Return asset `name`'s folder; skip the test, with the reason, when it is not usable."""
+    from simreal_ros.core import assets
+    why = assets.unavailable(name)
+    if why:
+        pytest.skip(f'{why} (tests copy it from ../shared beside the repository)')
+    return assets.folder(name)
 
 
 @pytest.fixture
 def g1_dir():
-    """The shared unitree G1 folder; the test is skipped, with the reason, when it is absent."""
-    if not (G1_DIR / 'scene.xml').is_file():
-        pytest.skip(f'shared G1 data not found at {G1_DIR} (it sits beside the repository)')
-    return G1_DIR
+    """The unitree G1 12-dof asset's folder; the test is skipped, with the reason, without it."""
+    return require_asset('unitree_g1_12dof')
 
 
 def simreal(*args, env=None, timeout=60):
@@ -74,14 +102,14 @@ def require_files(robot):
     """Skip the test unless every file the robot file names (model, policy) is present.
 
     Decided by what the file references (`simreal_ros.deploy.graph.missing_files`), not by its name:
-    the G1's model and policy sit in ../shared, beside the repository.
+    the G1's model and policy are third-party assets (asset://, docs/assets.md).
     """
     from simreal_ros.deploy.graph import missing_files
     missing = missing_files(robot)
     if missing:
         pytest.skip(f'{Path(str(robot)).name} names files that are not here: '
                     + ', '.join(f'{section}.{key} = {value}' for section, key, value in missing)
-                    + ' (shared data sits beside the repository)')
+                    + ' (third-party assets: simreal assets fetch, docs/assets.md)')
 
 
 def pytest_report_header(config):
@@ -93,6 +121,7 @@ def pytest_report_header(config):
 
 # -- the ROS-native path: colcon install space and the real `ros2` command line -----------
 def pytest_configure(config):
+    _fill_session_assets()
     # The tests observe the nodes' timing: they run at the time-critical nodes' priority
     # (process_priority -10) when allowed, as the benches' rig does (simreal_ros.client.rig).
     from simreal_ros.client.rig import Rig
@@ -104,6 +133,30 @@ def pytest_configure(config):
 
 def _ci():
     return os.environ.get('CI', '').strip().lower() in ('1', 'true', 'yes')
+
+
+def _fill_session_assets():
+    """Copy the assets from ../shared into the session's folder, once per session.
+
+    Under CI=true a missing ../shared refuses the session: every G1 test would be skipped,
+    and a run that skipped them is no pass.
+    """
+    if SESSION_ASSETS is None:
+        if _ci():
+            raise pytest.UsageError(f'CI=true: {SHARED} is not beside the repository; the '
+                                    'tests need the third-party assets it holds (docs/assets.md)')
+        return
+    from simreal_ros.core import assets
+    try:
+        assets.fetch(from_dir=SHARED, log=lambda line: None)
+    except assets.AssetError as exc:
+        raise pytest.UsageError(f'the third-party assets could not be copied from {SHARED}: '
+                                f'{exc}') from None
+
+
+def pytest_unconfigure(config):
+    if SESSION_ASSETS is not None:
+        shutil.rmtree(SESSION_ASSETS, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -18,6 +18,7 @@
     simreal limits --reference TRACE.npz --robot g1_12dof [--margin 0.1] [--yaml | --json]
     simreal import deploy.yaml --model scene.xml [--policy p.onnx] -o robot.yaml
     simreal check robot.yaml [--reference TRACE.npz | --rollout STEPS]
+    simreal assets list | fetch [NAME ...] [--from DIR] | where NAME   # third-party files
 
 Every verb talks to the running graph over the same services and topics a `ros2 service call`
 would use (`/safety/estop`, `/policy_runner/enable`, ...). A verb whose node is not running says
@@ -491,6 +492,45 @@ def cmd_import(args, _ros=None):
     return 0
 
 
+def cmd_assets(args, _ros=None):
+    """List, fetch or locate the third-party assets (files only, no ROS; docs/assets.md)."""
+    from simreal_ros.core import assets
+    if args.action == 'list':
+        for i, name in enumerate(assets.BY_NAME):
+            print(('\n' if i else '') + '\n'.join(assets.describe(name)))
+        print(f'\nassets folder: {assets.assets_dir()} (${assets.DIR_ENV} sets it)')
+        return 0
+    if args.action == 'where':
+        if len(args.names) != 1:
+            print('simreal assets where: give one asset name', file=sys.stderr)
+            return 2
+        name = args.names[0]
+        word, detail = assets.state(name)
+        if word == 'missing':
+            print(f'simreal assets where: {name} is not on this machine (would be '
+                  f'{assets.folder(name)}); get it: {assets.fetch_command(name)} (offline: '
+                  '--from DIR)', file=sys.stderr)
+            return 1
+        if word == 'incomplete':
+            absent = [f for f in assets.missing_files(name) if not f.derived]
+            print(f'simreal assets where: {name} in {assets.folder(name)} is incomplete, '
+                  f'{detail}; '
+                  + (f'get it: {assets.fetch_command(name)}' if absent else
+                     'make the derived files (docs/assets.md)'), file=sys.stderr)
+            if absent:
+                return 1
+        print(assets.folder(name))
+        return 0
+    try:
+        todo = assets.fetch(args.names or None, from_dir=args.from_dir or None)
+    except assets.AssetError as exc:
+        print(f'simreal assets fetch: FAILED: {exc}', file=sys.stderr)
+        return 1
+    for name, entry in todo:
+        print(f'simreal assets fetch: {name}/{entry.dest} still to make: {entry.make}')
+    return 0
+
+
 def cmd_demo(args, _ros=None):
     from simreal_ros.client import demo
     return demo.main(['--robot', args.robot, '--rtf', str(args.rtf)]
@@ -621,6 +661,16 @@ def build_parser():
     p.add_argument('--no-nodes', action='store_true',
                    help='do not build the nodes to check the declared parameters')
     p.add_argument('--json', action='store_true', help='print JSON only')
+    p = sub.add_parser('assets', help='third-party files (G1 models, unitree\'s policies, the '
+                       'vendor simulator): list, fetch from upstream at pinned commits with '
+                       'checksums (or --from DIR offline), where (files only, no ROS; '
+                       'docs/assets.md)')
+    p.add_argument('action', choices=('list', 'fetch', 'where'))
+    p.add_argument('names', nargs='*', metavar='NAME', help='assets (fetch: default all; '
+                   'where: one)')
+    p.add_argument('--from', dest='from_dir', default='', metavar='DIR',
+                   help='fetch: copy from DIR instead of downloading (DIR/robots/NAME, '
+                        'DIR/vendor/NAME or DIR/NAME), checked against the same sha256')
     p = sub.add_parser('demo', help='the end-to-end demo on the embedded robot')
     p.add_argument('--robot', default='arm3')
     p.add_argument('--fast', action='store_true', help='shorter experiments')
@@ -649,6 +699,8 @@ def main(argv=None):
             return cmd_limits(args)
         if args.verb == 'import':
             return cmd_import(args)
+        if args.verb == 'assets':
+            return cmd_assets(args)
         if args.verb == 'check':
             from simreal_ros.tools.check import main_check
             return main_check(args)

@@ -12,6 +12,7 @@ import yaml
 
 PACKAGE = 'simreal_ros'
 PACKAGE_URL = 'package://' + PACKAGE + '/'
+ASSET_URL = 'asset://'          # a third-party asset's file (core/assets.py)
 
 
 class ConfigError(ValueError):
@@ -53,6 +54,11 @@ def resolve_path(path, what='path', relative_to=None):
     if not path:
         raise ConfigError(f'{what} is empty')
     path = os.path.expandvars(os.path.expanduser(str(path)))
+    if path.startswith(ASSET_URL):
+        # asset://<asset>/<path>: a third-party asset in the user data folder (`simreal
+        # assets`); a missing one is refused with the command that gets it.
+        from simreal_ros.core.assets import resolve
+        return resolve(path, what)
     if path.startswith(PACKAGE_URL):
         candidates = [share_dir() / path[len(PACKAGE_URL):]]
     elif os.path.isabs(path):

@@ -1,4 +1,5 @@
-"""Files written so that a reader never sees half of one, and paths kept inside a folder.
+"""Files written so that a reader never sees half of one, paths kept inside a folder, and the
+user data folder (stand-in policies, third-party assets).
 
 `atomic_path` yields a temporary name beside the final one (hidden, `.tmp` suffix, so folder
 scans for `*.mcap` or `*.yaml` never pick it up); when the block ends without an exception the
@@ -8,6 +9,13 @@ previous file (if any) untouched and no temporary behind.
 from contextlib import contextmanager
 import os
 from pathlib import Path
+
+
+def user_data_dir():
+    """Return $XDG_DATA_HOME/simreal_ros (default ~/.local/share/simreal_ros)."""
+    base = os.environ.get('XDG_DATA_HOME') or os.path.join(os.path.expanduser('~'), '.local',
+                                                           'share')
+    return os.path.join(base, 'simreal_ros')
 
 
 def temporary_name(path):

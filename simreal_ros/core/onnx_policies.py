@@ -14,6 +14,7 @@ import os
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from simreal_ros.core.files import user_data_dir  # noqa: F401 - the stand-ins' folder
 from simreal_ros.core.onnx_file import save_graph
 from simreal_ros.core.pantilt_policy import pantilt
 
@@ -190,13 +191,6 @@ def arm3(path, nan_gate=None):
 
 # Policies the package can make itself: the file name a robot file gives -> generator.
 STAND_INS = {'arm3_policy.onnx': arm3, 'pantilt_policy.onnx': pantilt}
-
-
-def user_data_dir():
-    """Return $XDG_DATA_HOME/simreal_ros (default ~/.local/share/simreal_ros)."""
-    base = os.environ.get('XDG_DATA_HOME') or os.path.join(os.path.expanduser('~'), '.local',
-                                                           'share')
-    return os.path.join(base, 'simreal_ros')
 
 
 def stand_in_policy(name):

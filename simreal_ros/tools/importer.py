@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simreal_ros.core.config import ConfigError, resolve_path, source_root
+from simreal_ros.core.assets import url_for
+from simreal_ros.core.config import ASSET_URL, ConfigError, resolve_path, source_root
 
 FORMATS = ('unitree_rl_lab', 'legged_gym')
 
@@ -267,7 +268,12 @@ def _path_for(given, out_dir, what):
     """The path as the robot file should name it (resolves as the file's reader will)."""
     resolved = resolve_path(given, what=what)
     text = str(given)
-    if os.path.isabs(text) or text.startswith('package://'):
+    if text.startswith(('package://', ASSET_URL)):
+        return text, resolved
+    in_asset = url_for(resolved)        # a third-party asset's file: named as one, anywhere
+    if in_asset is not None:
+        return in_asset, resolved
+    if os.path.isabs(text):
         return text, resolved
     root = source_root()
     if root is not None and (root / text).resolve() == resolved:
@@ -655,6 +661,9 @@ def import_export(export, model, policy=None, fmt=None, out=None, robot_name=Non
     `policy.onnx` beside the export, or in `../exported/` as unitree_rl_lab lays out a run);
     `out`: the robot file it will be written to (paths are written as it will resolve them).
     """
+    source = str(export)
+    if source.startswith(ASSET_URL):    # an asset's export (unitree_g1_29dof/policy/...)
+        export = resolve_path(source, what='the export')
     export = Path(export)
     data = read_export(export)
     fmt = fmt or detect_format(data, export)
@@ -679,7 +688,8 @@ def import_export(export, model, policy=None, fmt=None, out=None, robot_name=Non
     policy_text, policy_path = _path_for(policy, out_dir, '--policy')
     name = robot_name or (Path(out).stem if out else export.stem)
     mdl = read_model(model_path)
-    source = str(export) if os.path.isabs(str(export)) else str(export).replace(os.sep, '/')
+    if not source.startswith(ASSET_URL) and not os.path.isabs(source):
+        source = source.replace(os.sep, '/')
     imp = Imported(source, fmt, name)
     if fmt == 'unitree_rl_lab':
         names, kp, kd, default_motor, period = _rl_lab(imp, data, export, mdl, policy_text)
