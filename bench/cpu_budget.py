@@ -34,7 +34,8 @@ import threading
 import time
 
 REPO = Path(__file__).resolve().parents[1]
-G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
+from simreal_ros.core import assets  # noqa: E402
+G1 = assets.folder('unitree_g1_12dof')
 CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
 sys.path.insert(0, str(REPO / 'test'))
 from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
@@ -128,8 +129,8 @@ def main():
     if args.relay:
         return relay_main(args.relay)
     duration = args.duration or (20.0 if args.load else 60.0)
-    if not (G1 / 'policy.onnx').is_file():
-        print(json.dumps({'skipped': f'shared G1 data not found at {G1}'}))
+    if assets.unavailable('unitree_g1_12dof'):
+        print(json.dumps({'skipped': assets.unavailable('unitree_g1_12dof')}))
         return 0
 
     import rclpy

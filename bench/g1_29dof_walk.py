@@ -3,8 +3,8 @@
 
     .venv/bin/python bench/g1_29dof_walk.py [--runs 3] [--mode lockstep|realtime] [--rtf 0.25]
 
-1. `simreal import` turns `../shared/robots/unitree_g1_29dof/policy/deploy.yaml` into a robot
-   file in a temporary folder (no hand edit; it must equal config/robots/g1_29dof.yaml);
+1. `simreal import` turns `asset://unitree_g1_29dof/policy/deploy.yaml` into a robot file
+   in a temporary folder (no hand edit; it must equal config/robots/g1_29dof.yaml);
 2. `simreal_ros.tools.rl_lab_reference` runs unitree_rl_lab's deploy semantics on the MuJoCo
    model for 20 s at cmd_vel 0.5 m/s and compares the imported file's policy path with it in
    lockstep (`reference.max_action_err`), and writes the run as a reference trace;
@@ -24,8 +24,10 @@ import subprocess
 import sys
 import tempfile
 
+from simreal_ros.core import assets
+
 REPO = Path(__file__).resolve().parents[1]
-G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_29dof'
+G1 = assets.folder('unitree_g1_29dof')
 MIN_DISTANCE = 8.5
 FALL_Z = 0.5
 
@@ -37,15 +39,15 @@ def main(argv=None):
     parser.add_argument('--rtf', type=float, default=0.25, help='realtime: sim_robot\'s '
                         'real_time_factor (every node on its clock)')
     args = parser.parse_args(argv)
-    if not (G1 / 'policy' / 'deploy.yaml').is_file():
-        print(json.dumps({'skipped': f'shared G1 29-dof data not found at {G1}'}))
+    if assets.unavailable('unitree_g1_29dof'):
+        print(json.dumps({'skipped': assets.unavailable('unitree_g1_29dof')}))
         return 0
     tmp = Path(tempfile.mkdtemp(prefix='g1_29dof_walk_'))
     robot = tmp / 'g1_29dof.yaml'
     py = sys.executable
     imp = subprocess.run([py, '-m', 'simreal_ros.client.cli', 'import',
-                          '../shared/robots/unitree_g1_29dof/policy/deploy.yaml', '--model',
-                          '../shared/robots/unitree_g1_29dof/scene_29dof.xml', '-o',
+                          'asset://unitree_g1_29dof/policy/deploy.yaml', '--model',
+                          'asset://unitree_g1_29dof/scene_29dof.xml', '-o',
                           str(robot)], cwd=REPO, capture_output=True, text=True)
     summary = {'mode': args.mode, 'import_exit': imp.returncode,
                'import_equals_committed': robot.is_file() and robot.read_text() == (

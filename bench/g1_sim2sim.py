@@ -6,8 +6,8 @@
 
 One call of the general tool (bench/sim2sim.py, docs/traces.md "sim2sim") with the G1's files:
 the robot file config/robots/g1_12dof.yaml, the policy and the reference run of unitree's
-deploy_mujoco from ../shared/robots/unitree_g1_12dof/ (`policy.onnx`, `reference_trace.npz`,
-see its SOURCE.md), the reference's command (cmd_vel 0.5 m/s forward) and a fall below a base
+deploy_mujoco from the asset unitree_g1_12dof (`policy.onnx`, `reference_trace.npz`; see
+docs/assets.md), the reference's command (cmd_vel 0.5 m/s forward) and a fall below a base
 height of 0.5 m (the reference never goes below 0.76 m).
 
 lockstep: sim_robot advances one 20 ms control period at a time and waits for the command
@@ -27,7 +27,8 @@ from pathlib import Path
 import sys
 
 REPO = Path(__file__).resolve().parents[1]
-G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
+from simreal_ros.core import assets  # noqa: E402
+G1 = assets.folder('unitree_g1_12dof')
 CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
 CMD_VEL = ('0.5', '0', '0')   # unitree's deploy_mujoco cmd_init (SOURCE.md)
 FALL_Z = '0.5'                # m of base height: fallen (the reference walks at 0.76-0.79 m)
@@ -46,8 +47,8 @@ def main(argv=None):
                         'every node on its /clock (use_sim_time), for loaded machines')
     parser.add_argument('--save', help='write the lockstep actions and stamps to this .npz')
     args = parser.parse_args(argv)
-    if not (G1 / 'policy.onnx').is_file():
-        print(json.dumps({'skipped': f'shared G1 data not found at {G1}'}))
+    if assets.unavailable('unitree_g1_12dof'):
+        print(json.dumps({'skipped': assets.unavailable('unitree_g1_12dof')}))
         return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import sim2sim

@@ -35,6 +35,7 @@ import time
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from simreal_ros.core import assets  # noqa: E402
 from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
 localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 WALK_VX = 0.5
@@ -196,9 +197,9 @@ def main():
     parser.add_argument('--seconds', type=float, default=20.0)
     args = parser.parse_args()
     robot = REPO / 'config' / 'robots' / f'{args.robot}.yaml'
-    g1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof' / 'policy.onnx'
-    if not g1.is_file():
-        print(json.dumps({'skipped': f'shared G1 data not found at {g1.parent}'}))
+    g1 = assets.folder('unitree_g1_12dof') / 'policy.onnx'
+    if assets.unavailable('unitree_g1_12dof'):
+        print(json.dumps({'skipped': assets.unavailable('unitree_g1_12dof')}))
         return 0
     import rclpy
     from simreal_ros.nodes.common import prefer_udp_transport

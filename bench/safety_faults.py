@@ -37,11 +37,12 @@ import time
 
 from simreal_ros.client.rig import (ARM3 as ARM, is_safe, Rig, SafetyProbe, stand_in_policy,
                                     wait_for)
+from simreal_ros.core import assets
 from simreal_ros.core.config import load_node_params
 
 REPO = Path(__file__).resolve().parents[1]
 G1_CONFIG = REPO / 'config' / 'robots' / 'g1_12dof.yaml'
-G1 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_12dof'
+G1 = assets.folder('unitree_g1_12dof')
 from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
 localhost_discovery(keep_choice=True)   # and ROS_LOCALHOST_ONLY=1 on Humble
 ARM_NAMES = ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
@@ -412,8 +413,8 @@ def sc_stage_promotion_too_early(tmp, args):
 
 
 def sc_g1_tilt_trip(tmp, args):
-    if not (G1 / 'scene.xml').is_file():
-        return {'passed': None, 'skipped': f'shared G1 data not found at {G1}'}
+    if assets.unavailable('unitree_g1_12dof'):
+        return {'passed': None, 'skipped': assets.unavailable('unitree_g1_12dof')}
     from simreal_ros.core.safety import tilt_of
     rig = make_rig(tmp, robot=G1_CONFIG, supervisor_first=True)
     try:

@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 import sys
 
+from simreal_ros.core import assets
+
 REPO = Path(__file__).resolve().parents[1]
 GOAL_M = 8.5
 
@@ -42,9 +44,10 @@ def main(argv=None):
     node_params = ({'unitree_bridge': {'unitree.peer': 'simulator', 'rate_hz': 250.0,
                                        'unitree.network_interface': 'lo'}}
                    if args.simulator_peer else None)
-    vendor = REPO.parent / 'shared' / 'vendor' / 'unitree_mujoco_simulate_python'
-    if not vendor.is_dir():
-        print(json.dumps({'skipped': f'the vendor simulator is not at {vendor}'}))
+    missing = assets.unavailable('unitree_mujoco_simulate_python') or \
+        assets.unavailable('unitree_g1_29dof')
+    if missing:
+        print(json.dumps({'skipped': missing}))
         return 0
     import rclpy
     from simreal_ros.client.rehearsal import rehearse

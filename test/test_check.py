@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED, simreal
+from conftest import REPO, require_asset, simreal
+from simreal_ros.core import assets
 from simreal_ros.deploy.graph import missing_files
 from simreal_ros.tools.check import check
 
@@ -16,16 +17,17 @@ PANTILT = REPO / 'config' / 'robots' / 'pantilt.yaml'
 
 @pytest.fixture
 def g1_29():
-    if not (SHARED / 'robots' / 'unitree_g1_29dof' / 'policy' / 'deploy.yaml').is_file():
-        pytest.skip('shared G1 29-dof data not found (beside the repository)')
+    require_asset('unitree_g1_29dof')
     return G1_29
 
 
 def relocated(src, folder, **replace):
-    """A copy of a robot file in `folder` whose ../shared paths are relative to `folder`."""
+    """A copy of a robot file in `folder` whose asset:// paths are relative to `folder`."""
     text = src.read_text()
-    shared = os.path.relpath(SHARED, folder)
-    text = text.replace('../shared/', shared + '/')
+    # Up to / and down again: relative to `folder`, and (as '../shared/...' was) to any
+    # working directory as deep (reference_rollout.resolve_policy tries the cwd, not the file).
+    asset = os.path.relpath('/', folder) + str(assets.folder('unitree_g1_29dof'))
+    text = text.replace('asset://unitree_g1_29dof/', asset + '/')
     for old, new in replace.items():
         text = text.replace(old, new)
     out = Path(folder) / src.name

@@ -279,13 +279,12 @@ def test_an_identified_model_in_the_robot_file_is_shadowed_during_deployment(tmp
 
 
 def test_a_robot_file_is_skipped_for_the_files_it_names_not_for_its_name(tmp_path):
-    """Shared data missing: any robot file naming it is skipped, a 'g1...' one naming none runs."""
+    """An asset missing: any robot file naming it is skipped, a 'g1...' one naming none runs."""
     shipped = {p.stem: missing_files(p) for p in ROBOTS}
     assert shipped['arm3'] == []   # its stand-in policy is made on first use, never missing
     g1 = (REPO / 'config' / 'robots' / 'g1_12dof.yaml').read_text()
     moved = tmp_path / 'my_legged_robot.yaml'
-    moved.write_text(g1.replace('../shared/robots/unitree_g1_12dof/', str(tmp_path / 'absent')
-                                + '/'))
+    moved.write_text(g1.replace('asset://unitree_g1_12dof/', str(tmp_path / 'absent') + '/'))
     assert missing_files(moved) == [
         ('sim_robot', 'model_path', str(tmp_path / 'absent' / 'scene.xml')),
         ('policy_runner', 'policy_path', str(tmp_path / 'absent' / 'policy.onnx'))]

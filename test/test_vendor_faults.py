@@ -15,10 +15,10 @@ import time
 
 import pytest
 
+from conftest import require_asset
 from simreal_ros.client.rig import REPO, environment, loopback_udp_env, wait_for
 
 pytestmark = pytest.mark.ros
-VENDOR = REPO.parent / 'shared' / 'vendor' / 'unitree_mujoco_simulate_python'
 ROBOT = REPO / 'config' / 'robots' / 'g1_29dof_unitree.yaml'
 MARGIN_S = 0.3     # scheduling on a loaded 2-core machine; behaviour, not latency
 MOTORS = list(range(29))
@@ -26,8 +26,8 @@ MOTORS = list(range(29))
 
 @pytest.fixture(scope='module')
 def ros():
-    if not (VENDOR / 'unitree_sdk2py_bridge.py').is_file():
-        pytest.skip(f'the vendor simulator is not at {VENDOR}')
+    require_asset('unitree_mujoco_simulate_python')
+    require_asset('unitree_g1_29dof')
     for module in ('unitree_sdk2py', 'pygame', 'cyclonedds', 'mujoco'):
         pytest.importorskip(module, reason=f'{module}: make setup installs it')
     import rclpy

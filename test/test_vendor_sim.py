@@ -1,4 +1,4 @@
-"""The vendor's own simulator (unitree_mujoco's simulate_python, ../shared/vendor) behind
+"""The vendor's own simulator (unitree_mujoco's simulate_python, an asset) behind
 unitree_bridge: the G1 29-dof goes through the gantry sequence and walks (issue 31).
 
 Real parts: the vendor's bridge and MuJoCo in their own process (simreal_ros/tools/
@@ -12,19 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_asset
 from simreal_ros.client.rig import REPO, environment, loopback_udp_env
 
 pytestmark = pytest.mark.ros
-VENDOR = REPO.parent / 'shared' / 'vendor' / 'unitree_mujoco_simulate_python'
-G1_29 = REPO.parent / 'shared' / 'robots' / 'unitree_g1_29dof'
 ROBOT = REPO / 'config' / 'robots' / 'g1_29dof_unitree.yaml'
 
 
 @pytest.fixture(scope='module')
 def ros():
-    if not (VENDOR / 'unitree_sdk2py_bridge.py').is_file() or not (G1_29 / 'policy').is_dir():
-        pytest.skip(f'the vendor simulator or the G1 29-dof is not beside the repository '
-                    f'({VENDOR}, {G1_29})')
+    require_asset('unitree_mujoco_simulate_python')
+    require_asset('unitree_g1_29dof')
     for module in ('unitree_sdk2py', 'pygame', 'cyclonedds', 'mujoco'):
         pytest.importorskip(module, reason=f'{module}: make setup installs it')
     import rclpy

@@ -274,7 +274,7 @@ def _stand_in(path):
     from simreal_ros.core.onnx_policies import STAND_INS, stand_in_policy
     configured = str(load_node_params(path, POLICY).get('policy_path') or '')
     name = os.path.basename(configured)
-    if name not in STAND_INS or configured.startswith(('/', 'package://')):
+    if name not in STAND_INS or configured.startswith(('/', 'package://', 'asset://')):
         return ''
     return stand_in_policy(name)
 
@@ -316,8 +316,8 @@ def missing_files(robot):
     as the nodes resolve them (absolute, package://simreal_ros/..., or relative to the robot
     file's folder, the current directory or the source checkout, in that order). A
     stand-in policy the package makes on first use (`arm3_policy.onnx`, see `_stand_in`) is
-    never missing. Tests skip a robot file with this,
-    whatever its name: the G1's model and policy live in ../shared, beside the repository.
+    never missing. Tests skip a robot file with this, whatever its name: the G1's model and
+    policy are third-party assets (`asset://`, `simreal assets fetch`).
     """
     from simreal_ros.core.onnx_policies import STAND_INS
     path = robot_config_path(robot)
@@ -327,7 +327,7 @@ def missing_files(robot):
             if not key.endswith('_path') or not isinstance(value, str) or not value:
                 continue
             if os.path.basename(value) in STAND_INS and \
-                    not value.startswith(('/', 'package://')):
+                    not value.startswith(('/', 'package://', 'asset://')):
                 continue
             try:
                 resolve_path(value, what=f'{section}.{key}', relative_to=Path(path).parent)

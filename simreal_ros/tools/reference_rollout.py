@@ -5,8 +5,8 @@
         [--initial-position 0.4 -0.5 0.7]
     .venv/bin/python scripts/reference_rollout.py ...          # the same, from a checkout
 
-The loop unitree's deploy_mujoco runs for the G1 (`../shared/robots/unitree_g1_12dof/
-SOURCE.md`), for any robot file: the model is sim_robot's (`model_path`, its `physics_dt`,
+The loop unitree's deploy_mujoco runs for the G1 (docs/assets.md, the asset unitree_g1_12dof),
+for any robot file: the model is sim_robot's (`model_path`, its `physics_dt`,
 `initial_position`), stepped with plain `mujoco.mj_step`; every physics step the torque
 `kp * (target - q) - kd * dq` (the robot file's gains) goes to the joint's motor (`ctrl`, divided
 by its gear) or, without one, to `qfrc_applied`; every `decimation` = period / physics_dt steps
@@ -49,7 +49,7 @@ def resolve_policy(robot, policy=None):
     path = robot_config_path(robot)
     configured = str(load_node_params(path, 'policy_runner').get('policy_path') or '')
     if os.path.basename(configured) in STAND_INS and \
-            not configured.startswith(('/', 'package://')):
+            not configured.startswith(('/', 'package://', 'asset://')):
         return Path(stand_in_policy(os.path.basename(configured)))
     if not configured:
         raise ConfigError(f'{path}: policy_runner has no policy_path: give --policy')

@@ -3,12 +3,12 @@ graph follows.
 
     python -m simreal_ros.tools.vendor_rehearsal --domain 182 --rtf 0.1
 
-The vendor's `UnitreeSdk2Bridge` (read from ../shared/vendor/unitree_mujoco_simulate_python by
-path, never copied) publishes `LowState_` on `rt/lowstate` and applies each `LowCmd_` from
-`rt/lowcmd` exactly as Unitree users rehearse with it. Its own entry point opens a viewer and
-steps MuJoCo as fast as the computer allows (0.4-0.76 x real time on a busy 2-core machine),
-while a graph on the wall clock would take a slow simulator for a late robot. This runner
-instead:
+The vendor's `UnitreeSdk2Bridge` (read by path from the asset unitree_mujoco_simulate_python:
+`simreal assets fetch unitree_mujoco_simulate_python`, docs/assets.md) publishes `LowState_` on
+`rt/lowstate` and applies each `LowCmd_` from `rt/lowcmd` exactly as Unitree users rehearse with
+it. Its own entry point opens a viewer and steps MuJoCo as fast as the computer allows (0.4-0.76 x
+real time on a busy 2-core machine), while a graph on the wall clock would take a slow simulator
+for a late robot. This runner instead:
 
 - steps MuJoCo at a fixed real-time factor (`--rtf`; it reports the factor achieved, lower
   when the computer cannot keep it) and publishes simulated time on `/clock` after every step,
@@ -40,9 +40,8 @@ import time
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-VENDOR = REPO.parent / 'shared' / 'vendor' / 'unitree_mujoco_simulate_python'
-SCENE = REPO.parent / 'shared' / 'robots' / 'unitree_g1_29dof' / 'scene_29dof.xml'
+VENDOR = 'unitree_mujoco_simulate_python'          # the asset holding the vendor's bridge
+SCENE = 'asset://unitree_g1_29dof/scene_29dof.xml'
 FALL_Z = 0.5          # m of pelvis height: fallen (the G1 stands at 0.79 m)
 
 
@@ -55,13 +54,20 @@ def _load(name, path):
     return module
 
 
+def vendor_folder():
+    """Return the folder of the vendor's simulator (the asset, wherever it is)."""
+    from simreal_ros.core.assets import folder
+    return folder(VENDOR)
+
+
 def load_vendor(vendor_dir, robot, domain, interface):
     """Import the vendor's config and bridge modules by path, configured for `robot`
     ('g1': unitree_hg types), no joystick; return the bridge module."""
-    vendor_dir = Path(vendor_dir)
+    vendor_dir = Path(vendor_dir or vendor_folder())
     if not (vendor_dir / 'unitree_sdk2py_bridge.py').is_file():
-        raise SystemExit(f'vendor_rehearsal: the vendor simulator is not at {vendor_dir} '
-                         '(../shared/vendor/unitree_mujoco_simulate_python beside the checkout)')
+        raise SystemExit(f'vendor_rehearsal: the vendor simulator is not at {vendor_dir}: '
+                         f'get it with `simreal assets fetch {VENDOR}` (docs/assets.md), or '
+                         'give --vendor DIR')
     config = _load('config', vendor_dir / 'config.py')
     config.ROBOT, config.DOMAIN_ID, config.INTERFACE = robot, int(domain), interface
     config.USE_JOYSTICK, config.PRINT_SCENE_INFORMATION = 0, False
@@ -104,12 +110,17 @@ class VendorSim:
 
     def __init__(self, scene, domain, interface='lo', rtf=0.1, dt=0.001, band=True,
                  band_length=0.4, lower_speed=0.2, ground_share=0.5, release_speed=0.0,
-                 vendor_dir=VENDOR,
+                 vendor_dir=None,
                  robot='g1', fill_crc=False, state_period=0.005, pace=True, max_wait=0.1):
         import mujoco
         self.mujoco = mujoco
         vendor = load_vendor(vendor_dir, robot, domain, interface)
         from unitree_sdk2py.core.channel import ChannelFactoryInitialize
+        from simreal_ros.core.config import ConfigError, resolve_path
+        try:
+            scene = resolve_path(scene, what='--scene')
+        except ConfigError as exc:
+            raise SystemExit(f'vendor_rehearsal: {exc}') from None
         self.model = mujoco.MjModel.from_xml_path(str(scene))
         # The vendor bridge publishes LowState_ every model timestep of wall time (its thread's
         # interval, read once): built with `state_period`, then the physics gets `dt`.
@@ -301,9 +312,10 @@ class VendorSim:
 def main(argv=None):
     """Run the vendor's simulator headless with /clock, the gantry and faults (module doc)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--scene', default=str(SCENE), help='MJCF scene (default: the G1 '
-                        '29-dof of ../shared/robots/unitree_g1_29dof)')
-    parser.add_argument('--vendor', default=str(VENDOR), help='the vendor simulator folder')
+    parser.add_argument('--scene', default=SCENE, help=f'MJCF scene (default: {SCENE}, '
+                        'the G1 29-dof)')
+    parser.add_argument('--vendor', default='', help='the vendor simulator folder (default: '
+                        f'the asset {VENDOR})')
     parser.add_argument('--domain', type=int, required=True, help='the robot side\'s DDS '
                         'domain (the bridge\'s unitree.domain_id; never one a robot uses)')
     parser.add_argument('--interface', default='lo', help='network interface (default lo)')
@@ -343,7 +355,8 @@ def main(argv=None):
     sim = VendorSim(args.scene, args.domain, args.interface, args.rtf, args.dt,
                     not args.no_band, args.band_length, args.lower_speed, args.ground_share,
                     release_speed=args.release_speed,
-                    vendor_dir=args.vendor, fill_crc=args.fill_crc, state_period=args.state_period,
+                    vendor_dir=args.vendor or None, fill_crc=args.fill_crc,
+                    state_period=args.state_period,
                     pace=not args.no_pace, max_wait=args.max_wait)
 
     import rclpy
