@@ -13,10 +13,10 @@ and renamed only once its sha256 is right, so a failed or interrupted fetch leav
 files already there with the right sha256 are kept (a second fetch downloads nothing).
 
 As robot_descriptions pins each description's repository to a commit and clones it into a cache
-folder on first use, this pins each file to a commit and a sha256, downloads only the files a
-robot file uses (not the repositories: unitree_rl_gym alone is 200 MB), with no git and no new
-dependency (urllib), and never on its own: a robot file naming a missing asset is refused with
-the command to run (docs/assets.md).
+folder on first use, this pins each file to a commit and a sha256, downloads only the files the
+robot files use (not the repositories: unitree_rl_gym's tree is over 100 MB), with no git and no
+new dependency (urllib), and never on its own: a robot file naming a missing asset is refused
+with the command to run (docs/assets.md).
 """
 import hashlib
 import os
