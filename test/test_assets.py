@@ -242,6 +242,21 @@ def test_from_copies_a_local_folder_checked_the_same_way(env, tmp_path):
     assert code == 0 and f'here:     {tmp_path / "assets" / "unitree_g1_12dof"} (34 files)' \
         in out, out
     assert f'here:     missing (would be {tmp_path / "assets" / VENDOR})' in out
+    # A copy without a derived file (fetched online, policy not exported yet): the rest is
+    # copied and the file is named, with how to make it.
+    mine = tmp_path / 'mine' / 'unitree_g1_12dof'
+    shutil.copytree(src, mine)
+    (mine / 'policy.onnx').unlink()
+    env[assets.DIR_ENV] = str(tmp_path / 'other')
+    code, out, err = run('assets', 'fetch', 'unitree_g1_12dof', '--from', str(mine.parent),
+                         env=env)
+    assert code == 0, out + err
+    assert f'  policy.onnx: NOT MADE: derived from unitreerobotics/unitree_rl_gym:deploy/' \
+        f'pre_train/g1/motion.pt, not in {mine}; make it: re-export' in out, out
+    assert 'simreal assets fetch: unitree_g1_12dof/policy.onnx still to make' in out
+    assert (tmp_path / 'other' / 'unitree_g1_12dof' / 'scene.xml').is_file()
+    code, out, err = run('assets', 'where', 'unitree_g1_12dof', env=env)
+    assert code == 0 and 'policy.onnx (derived)' in err, out + err
 
 
 def test_from_refuses_a_changed_copy_and_a_folder_without_the_asset(env, tmp_path):

@@ -285,8 +285,9 @@ def fetch(names=None, from_dir=None, log=print):
     """Fetch assets `names` (default: all) from upstream, or copy them from `from_dir`.
 
     Each file is reported through `log`, one line each. A file already here with the pinned
-    sha256 is kept. A derived file without a transform is not downloadable: reported with how
-    to make it, and returned in the list of files still to make. An AssetError stops at the
+    sha256 is kept. A derived file without a transform is not downloadable (nor required in
+    `from_dir`): when absent it is reported with how to make it, and returned in the list of
+    files still to make. An AssetError stops at the
     first failing file (named, with both checksums on a mismatch); the files before it stay,
     each complete and checked.
     """
@@ -301,7 +302,8 @@ def fetch(names=None, from_dir=None, log=print):
         for entry in asset.files:
             label = f'{name}/{entry.dest}'
             dest = root / entry.dest
-            if src_root is not None:
+            loose = entry.derived and not entry.transform
+            if src_root is not None and not (loose and not (src_root / entry.dest).is_file()):
                 log(f'  {entry.dest}: {_copy(entry, src_root / entry.dest, dest, label)}')
                 continue
             if dest.is_file():
@@ -309,13 +311,14 @@ def fetch(names=None, from_dir=None, log=print):
                 if got == entry.sha256:
                     log(f'  {entry.dest}: kept (sha256 ok)')
                     continue
-                if entry.derived and not entry.transform:
+                if loose:
                     log(f'  {entry.dest}: kept (derived: present is enough)')
                     continue
                 log(f'  {entry.dest}: has sha256 {got}, not the pinned one: fetched again')
-            if entry.derived and not entry.transform:
-                log(f'  {entry.dest}: NOT MADE: derived from {entry.repo}:{entry.path}, not '
-                    f'downloadable; make it: {entry.make}')
+            if loose:
+                where = f'not in {src_root}' if src_root else 'not downloadable'
+                log(f'  {entry.dest}: NOT MADE: derived from {entry.repo}:{entry.path}, {where}; '
+                    f'make it: {entry.make}')
                 todo.append((name, entry))
                 continue
             log(f'  {entry.dest}: {_download(entry, dest, label)}')
