@@ -311,8 +311,8 @@ def test_a_robot_file_naming_a_missing_asset_is_refused_with_the_command(env, tm
                      ('asset://unitree_g1_12dof/../../etc/passwd', 'not an asset path'),
                      ('asset://unitree_g2/scene.xml', 'unknown asset .unitree_g2.; known '
                                                       'assets: unitree_g1_12dof')):
-        with pytest.raises(ConfigError, match=why):
-            resolve_path(bad, what='model_path')
+        with pytest.raises(ConfigError, match=f'^sim_robot.model_path: .*{why}'):
+            resolve_path(bad, what='sim_robot.model_path')
 
 
 def test_an_incomplete_asset_is_refused_naming_the_first_missing_file(env, tmp_path):

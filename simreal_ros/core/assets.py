@@ -124,11 +124,11 @@ def resolve(url, what='path'):
     gets it) when the asset is not here, when a file of it that is not derived is missing
     (an interrupted fetch), or when the file is not in it.
     """
-    name, path = split_url(url)
     try:
+        name, path = split_url(url)
         asset = spec(name)
     except AssetError as exc:
-        raise AssetError(f'{what} {url!r}: {exc}') from None
+        raise AssetError(f'{what}: {exc}') from None
     root = folder(name)
     get = (f'get it with `{fetch_command(name)}` (or, offline, `{fetch_command(name)} --from '
            'DIR` with DIR a copy of it; docs/assets.md)')
