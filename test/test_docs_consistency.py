@@ -279,6 +279,12 @@ def test_the_readme_is_a_page_not_a_notebook():
     assert 'make test' in (REPO / '.ci' / 'run').read_text()
 
 
+@pytest.mark.parametrize('journey', sorted((REPO / 'docs').glob('journey_*.md')),
+                         ids=lambda p: p.stem)
+def test_each_journey_reads_in_under_100_lines(journey):
+    assert len(journey.read_text().splitlines()) < 100
+
+
 def test_a_planted_long_line_is_caught():
     text = 'short\n' + 'x' * 161 + '\n```\n' + 'y' * 300 + '\n```\n| ' + 'z' * 300 + ' |\n'
     assert prose_too_long(text) == ['line 2: 161 characters']

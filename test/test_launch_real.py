@@ -309,7 +309,11 @@ def test_ros_journey_first_launch_enable_status_swing_estop(ros2_env, outside, p
         status = ros2(ros2_env, outside, *sequence[2][1:])
         print(status.stdout)
         assert status.returncode == 0, status.stdout + status.stderr
-        assert 'forwarding' in status.stdout and '0.10' in status.stdout, status.stdout
+        # The lines docs/journey_ros.md quotes.
+        assert 'e-stop      : clear' in status.stdout, status.stdout
+        assert 'output      : forwarding (forwarding), mode policy, safe mode damping' in \
+            status.stdout, status.stdout
+        assert 'stage       : 0.1 (1/5), highest ' in status.stdout, status.stdout
         pub = ros2(ros2_env, outside, *sequence[3][1:], timeout=60)
         assert pub.returncode == 0, pub.stdout + pub.stderr
         estop = ros2(ros2_env, outside, *sequence[4][1:])
