@@ -9,7 +9,9 @@ time; the 20 s walk is bench/vendor_rehearsal.py). The export and the model are 
 files here: the G1 29-dof beside the repository.
 """
 import json
+import os
 from pathlib import Path
+import signal
 import subprocess
 import sys
 
@@ -30,8 +32,17 @@ def export():
 
 
 def run(args, timeout=120, env=None):
-    return subprocess.run([sys.executable, '-m'] + args, capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=process_env(env))
+    """Run `python -m args` in a session of its own; on timeout, end it and what it started."""
+    proc = subprocess.Popen([sys.executable, '-m'] + args, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=process_env(env),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f'{args[0]} did not finish within {timeout} s: {err[-2000:]}')
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def imported(export, tmp_path):
