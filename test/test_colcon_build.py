@@ -30,7 +30,8 @@ def setup_nodes():
 def test_executables_are_where_ros2_run_looks(install):
     nodes = setup_nodes()
     assert 'sim_robot' in nodes
-    for node in nodes:
+    # The operator CLI too: `ros2 run simreal_ros simreal` (docs/journey_ros.md, step 3).
+    for node in nodes + ['simreal']:
         exe = install / 'lib' / 'simreal_ros' / node
         assert exe.is_file() and os.access(exe, os.X_OK), f'{exe} missing'
 
@@ -40,6 +41,9 @@ def test_share_holds_package_xml_launch_config_and_the_ament_index_marker(instal
     assert (share / 'package.xml').is_file()
     assert (share / 'config' / 'robots' / 'arm3.yaml').is_file()
     assert (share / 'models' / 'arm3' / 'arm3.xml').is_file()
+    # rviz and rqt from the installed share folder (docs/journey_ros.md, step 5).
+    assert (share / 'config' / 'monitor.rviz').is_file()
+    assert (share / 'config' / 'simreal.perspective').is_file()
     launch_files = sorted(p.name for p in (share / 'launch').glob('*.launch.py'))
     assert launch_files == sorted(p.name for p in Path(REPO, 'launch').glob('*.launch.py'))
     assert (install / 'share' / 'ament_index' / 'resource_index' / 'packages'

@@ -3,6 +3,8 @@ sequence of docs/real_robot.md, then a walk.
 
     python -m simreal_ros.client.rehearsal                       # the G1 29-dof, 20 s at 0.5 m/s
     python -m simreal_ros.client.rehearsal --robot my_g1.yaml --walk-s 10
+    python -m simreal_ros.client.rehearsal --robot my_g1.yaml --simulator-peer  # a file
+                                                   # written for the robot (simreal import)
 
 One command: the vendor's simulator (simreal_ros/tools/vendor_rehearsal.py: headless, stepped
 at a fixed real-time factor, publishing /clock) and the graph unitree_bridge +
@@ -18,6 +20,11 @@ robot (`GANTRY_STEPS`, written once here; docs/real_robot.md, the bench and the 
 5. release the band (gantry/release);
 6. walk: cmd_vel for a span of simulated time; distance, falls, rates.
 
+A robot file written for the robot (`simreal import --driver unitree`: `unitree.peer: robot`,
+your network interface) rehearses unchanged with `--simulator-peer`: unitree_bridge is then
+told the vendor simulator is on the other side (it fills no CRC), on `lo`, LowCmd_ at 250 Hz
+(`SIMULATOR_PEER`). Without it such a file is refused before anything starts, with the reason.
+
 The last line printed is a JSON summary.
 """
 import argparse
@@ -31,12 +38,37 @@ import threading
 import time
 
 from simreal_ros.client.rig import REPO, NodeProcess, loopback_udp_env, process_env, wait_for
+from simreal_ros.core.config import ConfigError, load_node_params, robot_config_path
 
 ROBOT = (REPO or Path('.')) / 'config' / 'robots' / 'g1_29dof_unitree.yaml'
 GRAPH = ('unitree_bridge', 'safety_supervisor', 'policy_runner')
 GANTRY_STEPS = ('hanging: LowState_ accepted, joint_states at the supervisor',
                 'go-default on the band', 'lower until the feet carry the robot',
                 'enable the policy', 'release the band')
+
+
+# unitree_bridge's parameters for the vendor simulator, over a file written for the robot: the
+# simulator fills no CRC (peer simulator accepts that, counted), it listens on loopback, and it
+# decodes each LowCmd_ in Python (250 Hz, as config/robots/g1_29dof_unitree.yaml says why).
+SIMULATOR_PEER = {'unitree.peer': 'simulator', 'unitree.network_interface': 'lo',
+                  'rate_hz': 250.0}
+
+
+def bridge_overrides(robot, simulator_peer=False):
+    """Return unitree_bridge's overrides for a rehearsal of `robot`; refuse a file that cannot
+    rehearse (ConfigError naming the file, the parameter and what to do)."""
+    path = robot_config_path(robot)
+    params = load_node_params(path, 'unitree_bridge')
+    if not params.get('motor_indices'):
+        raise ConfigError(f'{path}: no unitree_bridge section (motor_indices): the rehearsal '
+                          'drives the vendor simulator through unitree_bridge; write it with '
+                          '`simreal import ... --driver unitree`')
+    peer = params.get('unitree.peer', 'robot')
+    if peer != 'simulator' and not simulator_peer:
+        raise ConfigError(f'{path}: unitree_bridge unitree.peer is {peer!r}: written for the '
+                          'robot (the bridge refuses a LowState_ without CRC, which the vendor '
+                          'simulator sends). Rehearse it unchanged with --simulator-peer')
+    return dict(SIMULATOR_PEER) if simulator_peer else {}
 
 
 def vendor_domain(environ=None):
@@ -51,7 +83,7 @@ class Rehearsal:
 
     def __init__(self, robot=ROBOT, rtf=0.1, domain=None, fill_crc=False, band=True,
                  sim_args=(), node_params=None, log=print, graph=GRAPH):
-        self.robot = Path(robot)
+        self.robot = robot_config_path(robot)
         self.domain = vendor_domain() if domain is None else int(domain)
         self.rtf = rtf
         self.log = log
@@ -342,13 +374,23 @@ def main(argv=None):
                         '2 walks of 3 fell; at 0.1, 3 of 3 walked)')
     parser.add_argument('--domain', type=int, default=None, help="the robot side's CycloneDDS "
                         'domain (default: ROS_DOMAIN_ID + 100, mod 233; never a robot\'s 0)')
+    parser.add_argument('--simulator-peer', action='store_true', help='rehearse a robot file '
+                        'written for the robot (simreal import --driver unitree) unchanged: '
+                        'unitree_bridge with unitree.peer simulator, network_interface lo, '
+                        'LowCmd_ at 250 Hz')
     args = parser.parse_args(argv)
+    try:
+        overrides = bridge_overrides(args.robot, args.simulator_peer)
+    except ConfigError as exc:
+        print(f'rehearsal: {exc}', file=sys.stderr)
+        return 2
     import rclpy
     from simreal_ros.client.rig import environment
     with environment(loopback_udp_env()):
         rclpy.init()
         try:
-            summary = rehearse(args.robot, args.vx, args.walk_s, args.rtf, domain=args.domain)
+            summary = rehearse(args.robot, args.vx, args.walk_s, args.rtf, domain=args.domain,
+                               node_params={'unitree_bridge': overrides} if overrides else None)
         finally:
             rclpy.try_shutdown()
     print(json.dumps(summary), flush=True)

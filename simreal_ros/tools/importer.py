@@ -644,13 +644,18 @@ def _unitree_bridge(imp, model, names):
         'mode_pr': 0,
         'motor_mode': 1,
         'remote': {'estop_buttons': ['select'], 'reset_buttons': ['start']},
-        'unitree': {'domain_id': 0, 'network_interface': 'eth0'},
+        'unitree': {'peer': 'robot', 'domain_id': 0, 'network_interface': 'eth0'},
     }
     imp.comments[('unitree_bridge', 'motor_indices')] = [
         'The Unitree wire (docs/real_robot.md): rt/lowcmd, rt/lowstate. Motor of each of '
         'joint_names: the MJCF\'s actuator index (unitree_mujoco lists them in SDK order).']
     imp.comments[('unitree_bridge', 'unitree')] = [
-        'The wired link to the robot; tests and rehearsal use lo.']
+        'Written for the robot: peer robot (CRC checked), domain 0, the wired interface to '
+        'it. EDIT network_interface to yours (`ip link`: e.g. enp3s0). The rehearsal on the '
+        'vendor simulator overrides these without an edit: python -m '
+        'simreal_ros.client.rehearsal --robot THIS_FILE --simulator-peer.']
+    imp.note('unitree_bridge: written for the robot (peer robot, domain 0, network_interface '
+             'eth0): edit network_interface to the interface wired to the robot')
 
 
 def import_export(export, model, policy=None, fmt=None, out=None, robot_name=None,
