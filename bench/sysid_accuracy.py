@@ -195,6 +195,8 @@ def main(argv=None):
         settings = {k: load_settings(config, k) for k in KINDS}
         base = (PlantTruth.from_file(args.truth, len(names)) if args.truth
                 else PlantTruth.from_mapping(plant, len(names), source=f'{config}:plant'))
+        if args.draw == 'rllab-armature' and not args.truth:
+            rllab_armature(names)
     except ConfigError as exc:
         print(f'sysid_accuracy: {exc}', file=sys.stderr)
         return 2
