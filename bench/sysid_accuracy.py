@@ -1,18 +1,25 @@
 """Accuracy of the SysID estimators against the MuJoCo plant's hidden truth, and of the seeds.
 
 For N seeds (sensor noise, and true parameters drawn around the robot config's plant when no
---truth is given: friction and armature x U(0.7, 1.3), latency U(2, 40) ms), runs the friction,
-inertia and latency experiments on every joint of the SimPlant directly (faster than real time,
-measurements at 500 Hz like sim_robot), and reports per parameter the p95 relative error, the
-latency RMS error, how often the 95 % intervals cover the truth, the robot time per joint, the
-limits used, and the same errors for the seed baselines on the same data.
+--truth is given), runs the friction, inertia and latency experiments on every joint of the
+SimPlant directly (faster than real time, measurements at 500 Hz like sim_robot), and reports
+per parameter the p95 relative error, the latency RMS error, how often the 95 % intervals cover
+the truth, the robot time per joint, the limits used, and the same errors for the seed
+baselines on the same data.
+
+--draw says how far from the file's plant the truths are drawn (what a real robot's are):
+wide (default): friction (Coulomb, viscous) and armature x 10^U(-0.5, 0.5), each joint on its
+own, latency U(1, 15) ms (continuous: off the sample and physics grids), sensor noise x U(1, 3);
+near: friction and armature x U(0.7, 1.3), latency U(2, 40) ms (a gantry robot U(2, 10) ms);
+moved: every parameter 30-50 % off either way, latency U(1, 15) ms, noise x 2;
+rllab-armature (G1 legs): unitree_rl_lab's actuator armatures, friction and latency as wide.
 
     .venv/bin/python bench/sysid_accuracy.py --seeds 20
     .venv/bin/python bench/sysid_accuracy.py --robot config/robots/arm3.yaml --truth my_plant.yaml
 
 A floating-base robot (the G1) is identified hanging in its gantry: the base is lifted
 `--gantry-lift` m (feet clear of the floor) and held (SimPlant.hang), gravity and the hanging
-leg's coupling from its own MJCF; its latency is drawn U(2, 10) ms. Every true plant steps at
+leg's coupling from its own MJCF. Every true plant steps at
 0.5 ms at most (`--physics-dt`; at a robot file's 1-2 ms MuJoCo evaluates gravity half a step
 behind the world the plant stands for).
 
@@ -52,6 +59,8 @@ ARM_LATENCY_RMS_TARGET = 0.2e-3
 # N*m per rad) the 2 ms of its robot file read as -4 to -9 % viscous friction, on the arm's
 # shoulder pitch 1 ms as -1 to -2 % (outside the intervals).
 TRUE_PHYSICS_DT = 0.0005
+# Latency of the wide draws: continuous, so off the 2 ms sample and 0.5 ms physics grids.
+WIDE_LATENCY = (0.001, 0.015)
 
 
 def plant_section(config):
@@ -61,6 +70,7 @@ def plant_section(config):
 
 
 def draw_truth(base, rng, latency=(0.002, 0.040)):
+    """The 'near' draw: friction and armature x U(0.7, 1.3) around the robot file's plant."""
     n = len(base.coulomb_friction)
     out = PlantTruth.from_mapping(base.to_mapping(), n)
     out.coulomb_friction = base.coulomb_friction * rng.uniform(0.7, 1.3, n)
@@ -68,6 +78,81 @@ def draw_truth(base, rng, latency=(0.002, 0.040)):
     out.armature = base.armature * rng.uniform(0.7, 1.3, n)
     out.latency_s = float(rng.uniform(*latency))
     return out
+
+
+def draw_wide(base, rng, latency=WIDE_LATENCY):
+    """The 'wide' draw: what robots have, not what the file says.
+
+    Friction (Coulomb, viscous) and armature x 10^U(-0.5, 0.5) (a decade around the file's
+    plant), each joint (so each side) on its own; latency U(1, 15) ms, continuous (off the
+    sample and physics grids); sensor noise (position, velocity, effort) x U(1, 3) each.
+    """
+    n = len(base.coulomb_friction)
+    out = PlantTruth.from_mapping(base.to_mapping(), n)
+    for key in ('coulomb_friction', 'viscous_damping', 'armature'):
+        setattr(out, key, getattr(base, key) * 10.0 ** rng.uniform(-0.5, 0.5, n))
+    out.latency_s = float(rng.uniform(*latency))
+    for key in ('noise_position', 'noise_velocity', 'noise_effort'):
+        setattr(out, key, getattr(base, key) * float(rng.uniform(1.0, 3.0)))
+    return out
+
+
+def draw_moved(base, rng, latency=WIDE_LATENCY):
+    """The 'moved' draw: every parameter 30-50 % off the file's plant (either way, per joint),
+    latency U(1, 15) ms off the sample grid, sensor noise doubled."""
+    n = len(base.coulomb_friction)
+    out = PlantTruth.from_mapping(base.to_mapping(), n)
+    for key in ('coulomb_friction', 'viscous_damping', 'armature'):
+        sign = rng.choice([-1.0, 1.0], n)
+        setattr(out, key, getattr(base, key) * (1.0 + sign * rng.uniform(0.3, 0.5, n)))
+    out.latency_s = float(rng.uniform(*latency))
+    for key in ('noise_position', 'noise_velocity', 'noise_effort'):
+        setattr(out, key, 2.0 * getattr(base, key))
+    return out
+
+
+# unitree's G1 actuator models (unitree_rl_lab's and BeyondMimic's G1 configurations, from
+# the motors' rotor inertias and gear ratios): the hip pitch and yaw are 7520-14 motors, the
+# hip roll and knee 7520-22, each ankle joint is driven by two 5020 motors.
+RLLAB_G1_ARMATURE = {'hip_pitch': 0.010177520, 'hip_yaw': 0.010177520,
+                     'hip_roll': 0.025101925, 'knee': 0.025101925,
+                     'ankle_pitch': 0.00721945, 'ankle_roll': 0.00721945}
+
+
+def rllab_armature(names):
+    """Per joint the unitree_rl_lab armature of a G1 leg joint (ConfigError for another)."""
+    out = []
+    for name in names:
+        kind = [k for k in RLLAB_G1_ARMATURE if k in name]
+        if not kind:
+            raise ConfigError(f'--draw rllab-armature: joint {name!r} is not a G1 leg joint '
+                              f'({", ".join(RLLAB_G1_ARMATURE)})')
+        out.append(RLLAB_G1_ARMATURE[kind[0]])
+    return np.array(out)
+
+
+def draw_rllab(base, rng, names, latency=WIDE_LATENCY):
+    """The 'rllab-armature' draw: unitree_rl_lab's actuator armatures, friction drawn wide
+    (per joint, so the two legs differ), latency U(1, 15) ms, the file's noise."""
+    out = draw_wide(base, rng, latency)
+    out.armature = rllab_armature(names)
+    for key in ('noise_position', 'noise_velocity', 'noise_effort'):
+        setattr(out, key, getattr(base, key))
+    return out
+
+
+DRAWS = ('wide', 'near', 'moved', 'rllab-armature')
+
+
+def make_truth(draw, base, rng, names, gantry):
+    """One seed's true plant from draw `draw` (one of DRAWS) around the file's `base`."""
+    if draw == 'near':
+        return draw_truth(base, rng, (0.002, 0.010) if gantry else (0.002, 0.040))
+    if draw == 'wide':
+        return draw_wide(base, rng)
+    if draw == 'moved':
+        return draw_moved(base, rng)
+    return draw_rllab(base, rng, names)
 
 
 def is_floating(model):
@@ -85,9 +170,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--robot', default='arm3', help='robot name or parameter file')
     ap.add_argument('--truth', default=None, help='plant truth YAML (sim_robot.plant format)')
+    ap.add_argument('--draw', choices=DRAWS, default='wide', help='how the true plant is '
+                    'drawn around the robot file\'s (ignored with --truth): wide (default) '
+                    'friction and armature x 10^U(-0.5, 0.5) per joint, latency U(1, 15) ms, '
+                    'noise x U(1, 3); near x U(0.7, 1.3); moved every parameter 30-50 %% off, '
+                    'noise x 2; rllab-armature the G1 legs\' unitree_rl_lab armatures, friction '
+                    'as wide')
     ap.add_argument('--seeds', type=int, default=10)
     ap.add_argument('--first-seed', type=int, default=1000)
     ap.add_argument('--joints', nargs='*', default=None, help='joints (default: all)')
+    ap.add_argument('--details', action='store_true', help='per seed and joint, the truth, '
+                    'estimates and intervals in the JSON (key "details")')
     ap.add_argument('--gantry-lift', type=float, default=0.3, help='floating base: lift (m) '
                     'before the base is held')
     ap.add_argument('--physics-dt', type=float, default=None, help="the true plant's physics "
@@ -102,6 +195,8 @@ def main(argv=None):
         settings = {k: load_settings(config, k) for k in KINDS}
         base = (PlantTruth.from_file(args.truth, len(names)) if args.truth
                 else PlantTruth.from_mapping(plant, len(names), source=f'{config}:plant'))
+        if args.draw == 'rllab-armature' and not args.truth:
+            rllab_armature(names)
     except ConfigError as exc:
         print(f'sysid_accuracy: {exc}', file=sys.stderr)
         return 2
@@ -115,13 +210,12 @@ def main(argv=None):
     base_errors = {p: [] for p in PARAMS}
     covered = {p: [] for p in list(PARAMS) + ['latency']}
     lat_err, lat_base_err = [], []
-    failures, robot_time, limit_max = [], [], {}
+    failures, robot_time, limit_max, details = [], [], {}, []
     wall = time.monotonic()
     for s in range(args.seeds):
         seed = args.first_seed + s
         rng = np.random.default_rng(seed)
-        truth = base if args.truth else draw_truth(base, rng, (0.002, 0.010) if gantry
-                                                   else (0.002, 0.040))
+        truth = base if args.truth else make_truth(args.draw, base, rng, names, gantry)
         plant = SimPlant(model, names, physics_dt, sim['kp'], sim['kd'],
                          truth=truth, seed=seed, initial_position=sim.get('initial_position'),
                          fixed_base_lift=args.gantry_lift if gantry else None)
@@ -164,6 +258,7 @@ def main(argv=None):
             if 'latency' in res.baselines:
                 lat_base_err.append(res.baselines['latency']['latency'] - truth.latency_s)
             lat = res.fits.get('latency')
+            details.append(_detail(seed, joint, true, truth.latency_s, res))
             print(f'seed {seed} {joint:>15}: Fc {true["coulomb_friction"]:.3f} -> '
                   f'{_v(res, "friction", "coulomb_friction")}, Fv '
                   f'{true["viscous_damping"]:.3f} -> {_v(res, "friction", "viscous_damping")}, '
@@ -174,6 +269,7 @@ def main(argv=None):
     summary = {'bench': 'sysid_accuracy', 'robot': str(config), 'seeds': args.seeds,
                'gantry': bool(gantry), 'physics_dt': physics_dt,
                'joints': joints, 'truth': args.truth or 'drawn around the config plant',
+               'draw': None if args.truth else args.draw,
                'samples_per_parameter': len(lat_err), 'parameters': {}, 'failures': len(failures),
                'wall_s': round(time.monotonic() - wall, 1)}
     lat_target = LATENCY_RMS_TARGET if gantry else ARM_LATENCY_RMS_TARGET
@@ -216,8 +312,21 @@ def main(argv=None):
                                   for k in ('torque', 'velocity', 'target_rate')))}
     if failures:
         summary['failure_examples'] = failures[:5]
+    if args.details:
+        summary['details'] = details
     print(json.dumps(summary))
     return 0
+
+
+def _detail(seed, joint, true, latency, res):
+    row = {'seed': seed, 'joint': joint, 'true': {k: float(v) for k, v in true.items()},
+           'true_latency': latency, 'errors': sorted(res.errors)}
+    for kind, fit in res.fits.items():
+        for p, e in fit.estimates.items():
+            row[p] = [e.value, e.low, e.high]
+        if kind == 'friction':
+            row['misfit_ratio'] = fit.notes['misfit']['ratio']
+    return row
 
 
 def _v(res, kind, param):

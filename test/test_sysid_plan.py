@@ -199,3 +199,37 @@ def test_the_hanging_hip_latency_is_not_read_late_by_a_hard_stiction_model():
     fit = estimate_latency(rec, exp, nominal, params, s.kp, s.kd, sp.dt, s.max_latency_s,
                            s.torque_limit[i])
     assert abs(fit.value('latency') - 0.0027) < 0.00018, fit.value('latency')
+
+
+def test_the_accuracy_bench_draws_truths_a_decade_wide_and_unitree_armatures():
+    """bench/sysid_accuracy.py --draw wide: friction and armature over a decade around the
+    file's plant, each joint (so each leg) on its own, latency 1-15 ms off the grids, noise
+    x 1-3; --draw rllab-armature: unitree's per-motor armatures on the G1 legs."""
+    import importlib.util
+    import numpy as np
+    from simreal_ros.core.config import load_node_params
+    from simreal_ros.core.plant import PlantTruth
+    spec = importlib.util.spec_from_file_location(
+        'sysid_accuracy_bench', os.path.join(REPO, 'bench', 'sysid_accuracy.py'))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sim = load_node_params(G1, 'sim_robot')
+    names = list(sim['joint_names'])
+    plant = {k[len('plant.'):]: v for k, v in sim.items() if k.startswith('plant.')}
+    base = PlantTruth.from_mapping(plant, len(names))
+    draws = [bench.make_truth('wide', base, np.random.default_rng(s), names, True)
+             for s in range(200)]
+    for key in ('coulomb_friction', 'viscous_damping', 'armature'):
+        ratio = np.array([getattr(d, key) / getattr(base, key) for d in draws])
+        assert ratio.min() >= 10 ** -0.5 - 1e-9 and ratio.max() <= 10 ** 0.5 + 1e-9
+        assert ratio.min() < 0.4 and ratio.max() > 2.5            # a decade, not +-30 %
+        assert np.mean(np.abs(ratio[:, 0] - ratio[:, 6]) > 0.1) > 0.8   # each leg its own
+    latency = np.array([d.latency_s for d in draws])
+    assert latency.min() >= 0.001 and latency.max() <= 0.015
+    assert np.mean(np.abs(latency / 0.0005 - np.round(latency / 0.0005)) > 0.05) > 0.8
+    noise = np.array([d.noise_effort / base.noise_effort for d in draws])
+    assert noise.min() >= 1.0 and noise.max() <= 3.0 and noise.max() > 2.5
+    rl = bench.make_truth('rllab-armature', base, np.random.default_rng(1), names, True)
+    assert dict(zip(names, rl.armature))['left_hip_pitch_joint'] == 0.010177520
+    assert dict(zip(names, rl.armature))['right_knee_joint'] == 0.025101925
+    assert dict(zip(names, rl.armature))['left_ankle_roll_joint'] == 0.00721945
