@@ -57,7 +57,7 @@ def chromium():
     return path
 
 
-def _run(args, timeout=120):
+def _run(args, timeout=300):
     base = [chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
             '--disable-extensions', '--hide-scrollbars', '--mute-audio',
             '--allow-file-access-from-files', '--enable-logging=stderr', '--v=0',
