@@ -5,7 +5,6 @@ Without ROS: a SysID session of one leg joint on the G1 bolted 0.3 m up with its
 results set on the robot file's sim_bridge (gantry_lift), whose held-out gap closes; replayed
 free-floating instead, the base falls and the same results leave the gap open (what
 gantry_lift is for).
-The graph by `ros2 service call`: test_g1_gantry_ros.py.
 """
 import os
 
