@@ -129,6 +129,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         'markers', 'ros_native: runs the package through colcon and the real ros2 command '
         'line; under CI=true a skip of one is a failure')
+    config.addinivalue_line(
+        'markers', 'browser: renders a page in headless Chromium (Debian\'s chromium); under '
+        'CI=true a skip of one is a failure (.ci/run installs chromium)')
 
 
 def _ci():
@@ -164,6 +167,12 @@ def pytest_runtest_makereport(item, call):
     """Under CI=true, a skipped ros_native test fails: CI must run the ROS-native path."""
     outcome = yield
     report = outcome.get_result()
+    if report.skipped and _ci() and item.get_closest_marker('browser') is not None:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = 'failed'
+        report.longrepr = (f'CI=true: the browser test {item.nodeid} may not be skipped '
+                           f'({reason}); .ci/run installs chromium (apt-get install chromium)')
+        return
     if report.skipped and _ci() and item.get_closest_marker('ros_native') is not None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = 'failed'

@@ -7,8 +7,9 @@
     simreal go-default [--no-wait]     # bring-up: move slowly to the default pose, hold it
     simreal stage next
     simreal enable | disable           # policy_runner on/off
-    simreal sysid friction|inertia|latency|all [--joints a b]
+    simreal sysid friction|inertia|latency|all [--joints a b] [--report DIR]
     simreal sysid plan --robot g1_12dof [--json]   # the schedule and robot time, no motion
+    simreal sysid report [--results DIR] [--report DIR]  # the report of the newest results
     simreal gap [--live [--seconds N]]  # offline (sim_bridge/evaluate_gap) or the running gap
     simreal refine                     # sim_bridge/refine: all joints together, waits
     simreal export
@@ -188,16 +189,48 @@ def run_sysid(ros, node, joints=None, timeout=600.0, progress=None):
 def cmd_sysid(args, ros):
     from simreal_ros.client import sysid as sysid_client
     code = 0
+    runs = []
+    if args.kind == 'report':
+        return cmd_sysid_report(args, ros)
     for node in _sysid_nodes(args.kind):
         result = run_sysid(ros, node, joints=args.joints, progress=_progress_bar(node))
         print(f'\n{node}: {"ok" if result.get("ok") else "FAILED"}')
         for line in sysid_client.format_result(result):
             print(line)
         code |= 0 if result.get('ok') else 1
+        runs.append(result)
     ok, message = sysid_client.select_source(ros, 'policy')
     print(f'safety_supervisor: {message}' + ('; `simreal enable` starts the policy' if ok
                                              else ''))
+    gap, exports = (None, None) if args.no_gap else sysid_client.bridge_after_runs(
+        ros, runs, say=lambda text: print(text, flush=True))
+    robot = next((r.get('robot') for r in runs if r.get('robot')), 'robot')
+    out = args.report or sysid_client.default_report_dir(robot)
+    path = sysid_client.write_run_report(out, runs, gap, exports)
+    print(f'report: {path} (raw facts: {out}/summary.json)')
     return code
+
+
+def cmd_sysid_report(args, ros):
+    """Write the SysID report of the newest run of each experiment in a results folder (a
+    session driven by `ros2 service call`, say), with sim_bridge's last gap and its export."""
+    from simreal_ros.client import sysid as sysid_client
+    runs = sysid_client.runs_from_folder(args.results, args.robot if args.robot_given else None)
+    for run in runs:
+        print(f'{run["experiment"]}: {run["result_file"]}')
+    gap = exports = None
+    if not args.no_gap:
+        gap = sysid_client.latest_gap(ros)
+        if gap is None:
+            print('no reality gap: nothing on sim_bridge/gap (sim_bridge not running, or '
+                  'sim_bridge/evaluate_gap never called)')
+        else:
+            exports = sysid_client.bridge_call(ros, 'export')
+    robot = runs[0].get('robot', 'robot')
+    out = args.report or sysid_client.default_report_dir(robot)
+    path = sysid_client.write_run_report(out, runs, gap, exports)
+    print(f'report: {path} (raw facts: {out}/summary.json)')
+    return 0
 
 
 def cmd_sysid_plan(args, _ros=None):
@@ -582,13 +615,21 @@ def build_parser():
     sub.add_parser('enable', help='enable policy_runner')
     sub.add_parser('disable', help='disable policy_runner')
     p = sub.add_parser('sysid', help='run SysID experiments and print the results')
-    p.add_argument('kind', choices=SYSID_KINDS + ('all', 'plan'),
+    p.add_argument('kind', choices=SYSID_KINDS + ('all', 'plan', 'report'),
                    help='plan: print the schedule and robot time from the robot file (no '
-                   'motion, no ROS)')
+                   'motion, no ROS); report: write the report of the newest results in '
+                   '--results (with sim_bridge\'s last gap and its export, when it runs)')
     p.add_argument('--joints', nargs='+', default=None, help='joints to identify')
-    p.add_argument('--robot', default='arm3', help='with plan: robot file (config name or '
-                   'path)')
+    p.add_argument('--robot', default=None, help='with plan: robot file (config name or '
+                   'path, default arm3); with report: only results of this robot name')
+    p.add_argument('--results', default='~/.ros/simreal_ros/sysid', metavar='DIR',
+                   help='with report: the SysID nodes\' results_dir')
     p.add_argument('--json', action='store_true', help='with plan: print JSON')
+    p.add_argument('--report', default='', metavar='DIR', help='write the SysID report '
+                   '(report.html, summary.json) here (default: '
+                   '~/.ros/simreal_ros/sysid_reports/<robot>_<time>)')
+    p.add_argument('--no-gap', action='store_true', help='do not push the results to '
+                   'sim_bridge, score the gap and export (the report then has no gap)')
     p = sub.add_parser('monitor', help='publish rviz markers: stage, e-stop, limit usage')
     p.add_argument('--robot', default='arm3', help='robot config (for the limits)')
     p.add_argument('--duration', type=float, default=None, help='stop after this many s')
@@ -704,6 +745,9 @@ def main(argv=None):
         if args.verb == 'check':
             from simreal_ros.tools.check import main_check
             return main_check(args)
+        if args.verb == 'sysid':
+            args.robot_given = args.robot is not None
+            args.robot = args.robot or 'arm3'
         if args.verb == 'sysid' and args.kind == 'plan':
             return cmd_sysid_plan(args)
         ros = Ros(args.namespace)

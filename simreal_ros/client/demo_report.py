@@ -37,6 +37,9 @@ def stage_html(demo):
     return text
 
 def write_report(demo):
+    """Write summary.json (every fact) and report.html: the demo's steps, then the SysID report
+    every `simreal sysid` run writes too (client/sysid_report)."""
+    from simreal_ros.client.sysid_report import write_report as sysid_report
     plots = _plots(demo.out)
     summary = {'robot': demo.robot, 'results': str(demo.out),
                'steps': [{'step': s, 'status': st, 'detail': d, 'seconds': round(t, 1)}
@@ -46,19 +49,19 @@ def write_report(demo):
                'clips': demo.facts.get('policy_clips', {}),
                'facts': _jsonable(demo.facts), 'plots': plots}
     (demo.out / 'summary.json').write_text(json.dumps(summary, indent=2))
-    rows = ''.join(f'<tr class="{st}"><td>{html.escape(s)}</td><td>{st}</td>'
-                   f'<td>{html.escape(d)}</td><td>{t:.1f}</td></tr>'
+    rows = ''.join(f'<tr><td>{html.escape(s)}</td><td class="{st}">{st}</td>'
+                   f'<td>{html.escape(d)}</td><td class="num">{t:.1f}</td></tr>'
                    for s, st, d, t in demo.rows)
-    imgs = ''.join(f'<h2>{html.escape(p)}</h2><img src="{html.escape(p)}">' for p in plots)
-    imgs = stage_html(demo) + imgs
-    (demo.out / 'report.html').write_text(
-        '<!doctype html><meta charset="utf-8"><title>simreal_ros demo</title>'
-        '<style>td{padding:2px 8px;border-bottom:1px solid #ccc}.ok{color:#060}'
-        '.failed{color:#a00}.skipped{color:#777}</style>'
-        f'<h1>simreal_ros demo: {html.escape(demo.robot)}</h1><table>'
-        '<tr><th>step</th><th>status</th><th>detail</th><th>s</th></tr>'
-        f'{rows}</table>{imgs}<h2>facts</h2><pre>'
-        f'{html.escape(json.dumps(_jsonable(demo.facts), indent=2))}</pre>')
+    imgs = ''.join(f'<figure><img alt="{html.escape(p)}" src="{html.escape(p)}">'
+                   f'<figcaption>{html.escape(p)}: joint positions and applied torques over '
+                   'the session</figcaption></figure>' for p in plots)
+    steps = ('<h2>Demo steps</h2><table><tr><th>step</th><th>status</th><th>detail</th>'
+             f'<th>s</th></tr>{rows}</table>{stage_html(demo)}{imgs}')
+    runs = [r for r in (demo.facts.get('sysid') or {}).values() if isinstance(r, dict)]
+    export = demo.facts.get('export')
+    sysid_report(str(demo.out), demo.robot, runs, gap=demo.facts.get('gap'),
+                 exports=export, title=f'simreal_ros demo: {demo.robot}', extra_html=steps,
+                 summary=False)
     width = max(len(s) for s, *_ in demo.rows)
     print('\nsummary ' + '-' * 70)
     for s, st, d, t in demo.rows:

@@ -263,3 +263,80 @@ def bridge_call(ros, verb, timeout=300.0):
     out = _parse(resp.message)
     out['ok'] = bool(resp.success)
     return out
+
+
+def default_report_dir(robot):
+    """Where `simreal sysid` writes a run's report when not told: one folder per run."""
+    import os
+    from datetime import datetime, timezone
+    stamp = datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')
+    return os.path.expanduser(os.path.join('~/.ros/simreal_ros/sysid_reports',
+                                           f'{robot}_{stamp}'))
+
+
+def bridge_after_runs(ros, runs, say=print):
+    """Push the runs' identified values to sim_bridge, score its gap and export; return
+    (gap, exports), each None when sim_bridge is not on the graph (said, never raised)."""
+    results = [r for r in runs if r.get('results')]
+    if not results:
+        return None, None
+    try:
+        ros.wait_service('sim_bridge/evaluate_gap', 'sim_bridge', wait=3.0)
+    except Missing as exc:
+        say(f'no reality gap: {exc} (start it with `simreal up --sysid`)')
+        return None, None
+    done, refused = push_to_bridge(ros, bridge_parameters(results))
+    if refused:
+        say(f'sim_bridge refused {refused}')
+    gap = evaluate_gap(ros)
+    for line in format_gap(gap):
+        say(line)
+    exports = bridge_call(ros, 'export')
+    return gap, exports
+
+
+def write_run_report(out_dir, runs, gap=None, exports=None):
+    """Write the SysID report of `runs` (client/sysid_report) into out_dir; return its path."""
+    from simreal_ros.client.sysid_report import write_report
+    robot = next((r.get('robot') for r in runs if r.get('robot')), 'robot')
+    return write_report(out_dir, robot, runs, gap=gap, exports=exports)
+
+
+def runs_from_folder(folder, robot=None):
+    """The newest result file of each experiment in a SysID results folder (what the nodes
+    wrote: `<robot>_<experiment>_<time>.yaml`), as result mappings, friction first.
+
+    Raises Missing naming the folder when it holds none (for `robot`, when given)."""
+    import glob
+    import os
+    folder = os.path.expanduser(folder)
+    newest = {}
+    for path in sorted(glob.glob(os.path.join(folder, '*.yaml')), key=os.path.getmtime):
+        try:
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(doc, dict) or doc.get('experiment') not in ('friction', 'inertia',
+                                                                       'latency'):
+            continue
+        if robot and doc.get('robot') != robot:
+            continue
+        doc['result_file'] = path
+        newest[doc['experiment']] = doc
+    if not newest:
+        raise _missing(f'no SysID result (<robot>_<experiment>_<time>.yaml) in {folder}'
+                       + (f' for robot {robot}' if robot else '') + ': run `simreal sysid` '
+                       'first, or give --results')
+    return [newest[k] for k in ('friction', 'inertia', 'latency') if k in newest]
+
+
+def latest_gap(ros, timeout=3.0):
+    """The gap sim_bridge published last (latched on sim_bridge/gap), or None."""
+    from std_msgs.msg import String
+    from simreal_ros.nodes.common import LATCHED_QOS
+    try:
+        msg = ros.latest(String, 'sim_bridge/gap', LATCHED_QOS, timeout, 'sim_bridge')
+    except Missing:
+        return None
+    return _parse(msg.data)

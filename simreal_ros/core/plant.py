@@ -157,9 +157,19 @@ def fixed_base_model(model_path, lift=0.3):
     gravity and the leg's coupling act on the joints as on the hanging robot.
     """
     spec = mujoco.MjSpec.from_file(str(model_path))
+    fix_base(spec, lift, model_path)
+    try:
+        return spec.compile()
+    except Exception as exc:  # noqa: BLE001 - mujoco raises ValueError with its text
+        raise ConfigError(f'cannot fix the base of {model_path}: {exc}') from exc
+
+
+def fix_base(spec, lift, what='the model'):
+    """Fix an MjSpec's floating base `lift` m above its initial pose (fixed_base_model);
+    ConfigError naming `what` when it has no free joint."""
     free = [j for j in spec.joints if j.type == mujoco.mjtJoint.mjJNT_FREE]
     if not free:
-        raise ConfigError(f'{model_path}: no free joint (the base is fixed already)')
+        raise ConfigError(f'{what}: no free joint (the base is fixed already)')
     body = free[0].parent
     spec.delete(free[0])
     body.pos = [body.pos[0], body.pos[1], body.pos[2] + float(lift)]
@@ -167,10 +177,7 @@ def fixed_base_model(model_path, lift=0.3):
     # contact with it (filterparent skips the world): exclude base-child contacts as before.
     for child in body.bodies:
         spec.add_exclude(bodyname1=body.name, bodyname2=child.name)
-    try:
-        return spec.compile()
-    except Exception as exc:  # noqa: BLE001 - mujoco raises ValueError with its text
-        raise ConfigError(f'cannot fix the base of {model_path}: {exc}') from exc
+    return spec
 
 
 class SimPlant:
@@ -223,6 +230,10 @@ class SimPlant:
         self.timeouts = 0
         self._timed_out = np.ones(self.n, dtype=bool)  # no command yet: the damping fallback
         self.base_body = self._free_base_body()
+        # A floating-base robot on a fixed base (fixed_base_lift): the body its free joint
+        # moved, now bolted to its gantry; its IMU reads a base at rest.
+        self.gantry_body = (self._fixed_base_body(model_path) if fixed_base_lift is not None
+                            else None)
         self._pin = None     # (qpos adr, dof adr, pose): the base held by a gantry, or None
         if initial_position is not None:
             self.data.qpos[self.qadr] = np.asarray(initial_position, dtype=float)
@@ -283,9 +294,22 @@ class SimPlant:
                 return int(m.jnt_bodyid[j])
         return None
 
+    def _fixed_base_body(self, model_path):
+        free = load_model(model_path)
+        for j in range(free.njnt):
+            if int(free.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_FREE):
+                name = free.body(int(free.jnt_bodyid[j])).name
+                return mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+        return None
+
     @property
     def floating_base(self):
         return self.base_body is not None
+
+    @property
+    def has_base_imu(self):
+        """True when the robot has a base with an IMU: floating, or fixed in its gantry."""
+        return self.base_body is not None or self.gantry_body is not None
 
     def hang(self, pinned=True):
         """Hold the floating base where it is (a robot hanging in its gantry) or let it go.
@@ -459,6 +483,14 @@ class SimPlant:
             acc = np.zeros(6)
             mujoco.mj_objectAcceleration(self.model, d, mujoco.mjtObj.mjOBJ_BODY, b, acc, 1)
             out.linear_acceleration = acc[3:].copy()
+        elif self.gantry_body is not None:
+            # Bolted to the gantry: at rest, so the accelerometer reads gravity's reaction.
+            b = self.gantry_body
+            out.base_position = d.xpos[b].copy()
+            out.orientation = d.xquat[b].copy()
+            out.angular_velocity = np.zeros(3)
+            rot = d.xmat[b].reshape(3, 3)
+            out.linear_acceleration = rot.T @ -self.model.opt.gravity
         return out
 
     # -- rehearsal: the true plant changes while it runs (test-only, never on hardware) --------

@@ -199,6 +199,10 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
         # <ns>/clock, so a robot never follows another simulated robot's time.
         remaps.append(('/clock', f'{ns}/clock'))
     overrides = {k: dict(v) for k, v in (overrides or {}).items()}
+    if sysid and use_sim and SIM_NODE in wanted:
+        gantry = gantry_session(path)
+        if gantry:
+            overrides[SIM_NODE] = dict(gantry, **overrides.get(SIM_NODE, {}))
     if driver == 'unitree' and use_sim:
         if UNITREE not in sections:
             raise ConfigError(f'{path} has no {UNITREE!r} section (driver unitree)')
@@ -249,6 +253,26 @@ def build_graph(robot='arm3', *, policy='', use_sim=True, sysid=False, use_sim_t
                   namespace=ns, use_sim_time=bool(use_sim_time),
                   nodes=nodes, skipped=skipped)
     return graph
+
+
+def gantry_session(path):
+    """sim_robot's overrides for a simulated SysID session of a robot identified hanging in
+    its gantry (sim_bridge.gantry_lift >= 0 in the robot file): the base bolted that high, as
+    sim_bridge replays it, running from the start, and the hidden plant on (the truth SysID
+    must find); {} otherwise.
+    A --param sim_robot:... given by the operator wins."""
+    if BRIDGE not in _sections(path):
+        return {}
+    lift = load_node_params(path, BRIDGE).get('gantry_lift')
+    try:
+        lift = float(lift)
+    except (TypeError, ValueError):
+        return {}
+    # Bolted up, it cannot fall: it runs from the start (no hold_until_command, whose frozen
+    # joint_states stamps the supervisor's watchdog takes for a dead driver until a position
+    # target arrives).
+    return ({'gantry_lift': lift, 'plant_enabled': True, 'hold_until_command': False}
+            if lift >= 0 else {})
 
 
 def identified_in_file(path):

@@ -42,6 +42,7 @@ from simreal_ros.core.bridge.params import RANGES, UNITS
 from simreal_ros.core.bridge.recording import latest_recording, read_mcap, split
 from simreal_ros.core.files import inside
 from simreal_ros.core.bridge.refine import RefinementError, moving_joints, refine
+from simreal_ros.core.bridge.session import write_traces
 from simreal_ros.core.bridge.shadow import ShadowConfig, ShadowGap, noise_floor_of
 from simreal_ros.core.config import ConfigError, setting_dir
 from simreal_ros.nodes.common import (LATCHED_QOS, PolledSubscription, declare, diag_name,
@@ -74,6 +75,11 @@ class SimBridge(Node):
                                   read_only=True)
         p['physics_dt'] = declare(self, 'physics_dt', 0.001, 'replay physics step (s)',
                                   low=1e-4, high=0.01, read_only=True)
+        p['gantry_lift'] = declare(self, 'gantry_lift', -1.0, 'floating base: >= 0 replays '
+                                   'with the base fixed this many m above its initial pose, '
+                                   'as the robot hung in its gantry for SysID (set as '
+                                   "sim_robot's); < 0: the model as it is (a robot that walks) "
+                                   '(m)', low=-1.0, high=5.0, read_only=True)
         p['gap_threshold'] = declare(self, 'gap_threshold', 0.15, 'overall NRMSE above which '
                                      'the gap gate fails (deployment blocked)', low=0.001,
                                      high=10.0)
@@ -357,6 +363,11 @@ class SimBridge(Node):
         doc['held_out'] = self.holdout > 0
         doc['evaluated_span_s'] = getattr(rec, 'span_s', [float(rec.t[0]), float(rec.t[-1])])
         doc['recording_span_s'] = [float(whole.t[0]), float(whole.t[-1])]
+        try:
+            doc['traces'] = write_traces(os.path.expanduser(self.export_dir), rec, report,
+                                         self.session.names, path)
+        except (OSError, ValueError) as exc:   # the score stands without its picture
+            doc['traces_error'] = f'cannot write the replay traces: {exc}'
         self.pub.publish(String(data=json.dumps(doc)))
         verdict = 'PASS' if report.identified.passed else 'FAIL'
         response.success = True

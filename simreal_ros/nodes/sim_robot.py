@@ -94,7 +94,9 @@ class SimRobot(Node):
         self.plant = SimPlant(model_path, p['joint_names'], self.physics_dt, p['kp'], p['kd'],
                               truth=truth, command_mode=p['command_mode'],
                               command_timeout=timeout, seed=p['seed'],
-                              initial_position=p['initial_position'] or None)
+                              initial_position=p['initial_position'] or None,
+                              fixed_base_lift=(p['gantry_lift'] if p['gantry_lift'] >= 0
+                                               else None))
         self.rtf = p['real_time_factor']
         self.executor_kind = p['executor']
         # sim/base_pose (ground truth for benches) every this many published states
@@ -137,7 +139,7 @@ class SimRobot(Node):
         if self.interface == 'ros':
             self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
             self.pub_imu = (self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
-                            if self.plant.floating_base else None)
+                            if self.plant.has_base_imu else None)
             # Taken as bytes and read directly (core/cdr.py), as the supervisor reads its
             # inputs: no message object per command at 500 Hz.
             self._command_decoder = JointStateDecoder()
@@ -294,6 +296,11 @@ class SimRobot(Node):
                               '(the base held where it is, the legs free) until sim/gantry '
                               '(std_msgs/Bool) false lowers it; true hangs it again',
                               read_only=True)
+        p['gantry_lift'] = declare(self, 'gantry_lift', -1.0, 'floating base: >= 0 bolts the '
+                                   'base this many m above its initial pose (a robot hanging in '
+                                   'a rigid gantry for SysID: its legs clear of the floor and '
+                                   'loaded by gravity, its IMU at rest; sim/gantry cannot lower '
+                                   'it); < 0: off (m)', low=-1.0, high=5.0, read_only=True)
         p['interface'] = declare(self, 'interface', 'ros', "'ros': hardware/command in, "
                                  "joint_states/imu out; 'unitree_hg' (G1, H1_2) or 'unitree_go' "
                                  '(Go2, H1): rt/lowcmd in, rt/lowstate out over CycloneDDS, as '
@@ -557,8 +564,9 @@ class SimRobot(Node):
         if self.pub_imu is not None:
             imu = self._imu_enc
             if imu is None:
-                imu = self._imu_enc = ImuEncoder(
-                    self.plant.model.body(self.plant.base_body).name)
+                base = (self.plant.base_body if self.plant.base_body is not None
+                        else self.plant.gantry_body)
+                imu = self._imu_enc = ImuEncoder(self.plant.model.body(base).name)
             self.pub_imu.publish(imu.encode(sec, nanosec, reading.orientation,
                                             reading.angular_velocity,
                                             reading.linear_acceleration))

@@ -180,9 +180,13 @@ def apply_to_spec(spec, params):
     return spec
 
 
-def build_model(model_path, params=None, physics_dt=None):
-    """Compile the MJCF at `model_path` with `params` applied (None: the file as it is)."""
+def build_model(model_path, params=None, physics_dt=None, fixed_base_lift=None):
+    """Compile the MJCF at `model_path` with `params` applied (None: the file as it is);
+    with fixed_base_lift, its floating base fixed that many m up (a robot in its gantry)."""
     spec = load_spec(model_path)
+    if fixed_base_lift is not None:
+        from simreal_ros.core.plant import fix_base
+        fix_base(spec, fixed_base_lift, model_path)
     if params is not None:
         apply_to_spec(spec, params)
     if physics_dt is not None:

@@ -47,15 +47,19 @@ def command_columns(rec, kp, kd):
 class Replayer:
     """Roll recorded commands out in the model at `model_path` with given parameters."""
 
-    def __init__(self, model_path, names, kp, kd, physics_dt=0.001, torque_limit=np.inf):
+    def __init__(self, model_path, names, kp, kd, physics_dt=0.001, torque_limit=np.inf,
+                 fixed_base_lift=None):
         self.model_path = str(model_path)
+        # A floating-base robot identified hanging in its gantry is replayed there: its base
+        # fixed this many m up (core/plant.fixed_base_model), None: the model as it is.
+        self.fixed_base_lift = fixed_base_lift
         self.names = list(names)
         n = len(self.names)
         self.kp = _per_joint(kp, n, 'kp')
         self.kd = _per_joint(kd, n, 'kd')
         self.torque_limit = _per_joint(torque_limit, n, 'torque_limit')
         self.dt = float(physics_dt)
-        model, _ = build_model(self.model_path, None, self.dt)
+        model, _ = build_model(self.model_path, None, self.dt, fixed_base_lift)
         self.qadr, self.dof = joint_dofs(model, self.names, self.model_path)
         self.nominal = params_in_model(model, self.names)
         self.actuator = np.full(n, -1)
@@ -75,7 +79,7 @@ class Replayer:
 
     def model(self, params=None):
         """The compiled model with `params` applied (None: the MJCF file as it is)."""
-        model, _ = build_model(self.model_path, params, self.dt)
+        model, _ = build_model(self.model_path, params, self.dt, self.fixed_base_lift)
         return model
 
     def rollout(self, rec, params=None, model=None, start_state=None):

@@ -34,9 +34,12 @@ class BridgeSession:
     """The robot's model (nominal MJCF + parameters) and the operations on recordings."""
 
     def __init__(self, model_path, names, kp, kd, physics_dt=0.001, torque_limit=np.inf,
-                 threshold=DEFAULT_THRESHOLD, max_shift_s=0.05, skip_s=0.2, robot='robot'):
+                 threshold=DEFAULT_THRESHOLD, max_shift_s=0.05, skip_s=0.2, robot='robot',
+                 gantry_lift=None):
         self.model_path = str(model_path)
-        self.replayer = Replayer(model_path, names, kp, kd, physics_dt, torque_limit)
+        self.gantry_lift = gantry_lift
+        self.replayer = Replayer(model_path, names, kp, kd, physics_dt, torque_limit,
+                                 fixed_base_lift=gantry_lift)
         self.names = list(names)
         self.threshold = float(threshold)
         self.max_shift_s = float(max_shift_s)
@@ -61,7 +64,7 @@ class BridgeSession:
                    params.get('torque_limit', np.inf),
                    float(params.get('gap_threshold', DEFAULT_THRESHOLD)),
                    float(params.get('max_shift_s', 0.05)), float(params.get('skip_s', 0.2)),
-                   str(params.get('robot_name', 'robot')))
+                   str(params.get('robot_name', 'robot')), _gantry_lift(params))
 
     def gap(self, rec, params, label='identified'):
         """GapResult of `params` (JointParams) replaying `rec`, and the replay (q, dq)."""
@@ -90,4 +93,38 @@ class BridgeSession:
         return {k: os.path.abspath(v) for k, v in paths.items()}
 
 
-__all__ = ['BridgeSession', 'GapReport', 'JointParams']
+def _gantry_lift(params):
+    """sim_bridge.gantry_lift: >= 0 replays with the floating base fixed that high (a robot
+    identified hanging in its gantry); absent or < 0: the model as it is."""
+    lift = params.get('gantry_lift')
+    if lift is None:
+        return None
+    try:
+        lift = float(lift)
+    except (TypeError, ValueError):
+        raise ConfigError(f'sim_bridge.gantry_lift: expected metres (a number), got {lift!r}') \
+            from None
+    return lift if lift >= 0 else None
+
+
+def write_traces(out_dir, rec, report, names, recording=''):
+    """Write what evaluate_gap compared (measured, nominal and identified replay of the scored
+    part) as `gap_traces.npz` in out_dir, for a report's plot; return its absolute path."""
+    idx = [list(rec.names).index(n) for n in names]
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.abspath(os.path.join(out_dir, 'gap_traces.npz'))
+    tmp = path + '.tmp.npz'
+    (qn, dqn), (qi, dqi) = report.sims['nominal'], report.sims['identified']
+    np.savez_compressed(tmp, t=np.asarray(rec.t, float), names=np.array(list(names)),
+                        measured_position=np.asarray(rec.position, float)[:, idx],
+                        measured_velocity=np.asarray(rec.velocity, float)[:, idx],
+                        nominal_position=qn, nominal_velocity=dqn,
+                        identified_position=qi, identified_velocity=dqi,
+                        shift_nominal_s=report.nominal.shift_s,
+                        shift_identified_s=report.identified.shift_s,
+                        recording=np.array(str(recording)))
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ['BridgeSession', 'GapReport', 'JointParams', 'write_traces']

@@ -23,13 +23,16 @@ import dataclasses
 import os
 import threading
 
+import mujoco
 import numpy as np
 
+from simreal_ros.core.plant import load_model
 from simreal_ros.core.sysid import baselines
 from simreal_ros.core.sysid.design import Experiment, _Builder, design_for
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
                                                estimate_friction, estimate_inertia,
                                                estimate_latency, row_at)
+from simreal_ros.core.sysid.fit_curves import fit_curve
 from simreal_ros.core.sysid.model import NominalModel
 from simreal_ros.core.sysid.records import (latest_parameters, result_documents,
                                             run_basename, write_mcap)
@@ -76,6 +79,7 @@ class SysidSession:
         # workers: it gets its own copy of the model (MuJoCo data is not shared across threads).
         path = getattr(nominal, 'model_path', None)
         self._planner = NominalModel(path, nominal.names) if path else nominal
+        self.model_values = mjcf_values(path, nominal.names) if path else {}
         self._lock = threading.Lock()
 
     def _reset_log(self):
@@ -314,6 +318,17 @@ class SysidSession:
                                       'repeats': repeats})
             return
         docs = result_documents(self.robot, fit, data_file)
+        curve = self._fit_curve(exp, rec, fit, lim)
+        if curve:
+            docs[0]['fit_curve'] = curve   # one per fit: the report's plot of it
+        for d in docs:
+            d['robot_time_s'] = round(float(rec.t[-1] - rec.t[0]), 2)
+            nominal = self.model_values.get(joint, {}).get(d['parameter'])
+            if d['parameter'] == 'effective_inertia' and 'link_inertia' in fit.notes:
+                nominal = fit.notes['link_inertia'] + self.model_values.get(joint, {}).get(
+                    'armature', 0.0)
+            if nominal is not None:
+                d['nominal'] = nominal   # the MJCF's own value (what a simulator used so far)
         repeats = [r for r in self.repeats if r['joint'] == joint]
         for d in docs:
             if d['parameter'] in base:
@@ -322,6 +337,15 @@ class SysidSession:
                 d['repeated_segments'] = repeats
         with self._lock:
             self.results.extend(docs)
+
+    def _fit_curve(self, exp, rec, fit, lim):
+        """The fit's compact curve for the report, or None (a plot never fails a joint)."""
+        try:
+            return fit_curve(self.kind, rec, exp, self.nominal, fit, kp=self.settings.kp,
+                             kd=self.settings.kd, physics_dt=self.physics_dt,
+                             torque_limit=lim)
+        except Exception as exc:  # noqa: BLE001 - the estimate stands without its plot
+            return {'kind': self.kind, 'error': f'{type(exc).__name__}: {exc}'}
 
     def _joint_params(self, exp, rec):
         """Identified armature/friction of this joint: newest results, else this recording."""
@@ -338,6 +362,22 @@ class SysidSession:
         own.fits['inertia'] = estimate_inertia(rec, exp, self.nominal,
                                                self.settings.torque_limit[i])
         return joint_params_from(own, i, n)
+
+
+def mjcf_values(model_path, names):
+    """The actuator values the MJCF itself gives each joint (the nominal model's), by the
+    SysID parameter names; latency 0 (a simulator applies commands at once)."""
+    model = load_model(model_path)
+    out = {}
+    for name in names:
+        j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if j < 0:
+            continue
+        dof = model.jnt_dofadr[j]
+        out[name] = {'viscous_damping': float(model.dof_damping[dof]),
+                     'coulomb_friction': float(model.dof_frictionloss[dof]),
+                     'armature': float(model.dof_armature[dof]), 'latency': 0.0}
+    return out
 
 
 def _longest_segment(exp):
