@@ -52,8 +52,10 @@ def one_venv(venv, duration, demo):
     if not Path(python).is_file():
         return {'error': f'{venv}/bin/python not found: make setup'
                          f'{" DISTRO=jazzy" if "jazzy" in venv else ""}'}
-    env = dict(os.environ)
-    env.pop('ROS_DISTRO', None)          # as the PyPI wheels leave it
+    # As the PyPI wheels leave it (no ROS_DISTRO), and without what this Python's wheels put
+    # in its environment at start (their library folders), which the other venv's would load.
+    env = {k: v for k, v in os.environ.items() if k not in (
+        'ROS_DISTRO', 'LD_LIBRARY_PATH', 'AMENT_PREFIX_PATH', '_ROS_WHEELS_BOOTSTRAP_COMPLETE')}
     out = {'packages': json.loads(run([python, '-c', PROBE], 60, env)[0].stdout)}
     proc, seconds = run([python, 'bench/cpu_budget.py', '--duration', str(duration)],
                         duration * 4 + 300, env)
