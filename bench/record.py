@@ -39,7 +39,18 @@ def machine():
     return {'cpus': os.cpu_count(), 'cpu_model': cpu, 'python': platform.python_version(),
             'system': f'{platform.system()} {platform.release()}',
             'load_1min_at_start': round(os.getloadavg()[0], 2),
-            'ros_distro': os.environ.get('ROS_DISTRO', '') or 'kilted (PyPI wheels)'}
+            'ros_distro': os.environ.get('ROS_DISTRO', '') or wheels_distro()}
+
+
+def wheels_distro():
+    """The distro of the ROS 2 wheels this Python has (ROS_DISTRO unset), by rclpy's version."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        rclpy = version('ros-rclpy')
+    except PackageNotFoundError:
+        return 'unknown (no ros-rclpy wheel, no ROS_DISTRO)'
+    distro = {'3': 'humble', '7': 'jazzy', '9': 'kilted'}.get(rclpy.split('.')[0], 'unknown')
+    return f'{distro} (PyPI wheels, rclpy {rclpy})'
 
 
 def commit():

@@ -2,19 +2,24 @@
 """Write the per-distro facts that test/test_distro_compat.py checks the package against.
 
     .venv/bin/python scripts/distro_facts.py --mirrors /work/.mirror \
-        [--kilted-site .venv/lib/python3.11/site-packages]
+        [--kilted-site .venv/lib/python3.11/site-packages] \
+        [--jazzy-site .venv-jazzy/lib/python3.11/site-packages]
 
-Reads the upstream sources, never imports them (except the Kilted rclpy that runs here, for the
-one fact that only its compiled extension holds), and writes two tables:
+Reads the upstream sources, never imports them (except the Kilted and Jazzy rclpy wheels
+installed here, each in a Python of its own venv, for the one fact that only their compiled
+extension holds), and writes two tables:
 
 - test/data/distro_api.json: for every rclpy / launch / launch_ros module the package imports
   from (test/api_uses.py finds them), per distro, the names the module defines and, for
-  classes and functions, their parameters and members. Sources: the distro branches of
-  ros2/rclpy, ros2/launch, ros2/launch_ros (git mirrors: `git show <branch>:<path>`); Kilted's
-  rclpy from the installed ros-rclpy wheel (the mirror's snapshot predates the kilted branch),
-  its launch / launch_ros from the mirror's rolling branch at the versions of the wheels run
-  here. Also the discovery environment variables each distro's rcl reads and the profiles
-  variable its Fast DDS reads.
+  classes and functions, their parameters and members (and, for enums, whether they are an
+  Enum or an IntEnum). Sources: the distro branches of ros2/rclpy, ros2/launch,
+  ros2/launch_ros (git mirrors: `git show <branch>:<path>`); Kilted's and Jazzy's rclpy from
+  the installed ros-rclpy wheels (make setup, make setup DISTRO=jazzy: the mirror's snapshot
+  predates the kilted branch, and its jazzy branch stops at rclpy 7.1.3, 2024-12, before
+  the EventsExecutor came to Jazzy), Kilted's launch / launch_ros from the mirror's rolling
+  branch at the versions of the wheels run here. Also the discovery environment variables
+  each distro's rcl reads, the profiles variable its Fast DDS reads, and its rclpy's logger
+  rule (a call site's severity may not change between calls).
 - test/data/rosdep_keys.json: for every key package.xml names (and the candidates looked up
   for the pip-only dependencies), per distro, what rosdep resolves it to on the distro's Ubuntu
   (ros/rosdistro: <distro>/distribution.yaml, rosdep/base.yaml, rosdep/python.yaml), or null.
@@ -26,6 +31,7 @@ import argparse
 import ast
 import datetime
 import json
+import os
 import re
 import subprocess
 import sys
@@ -47,6 +53,7 @@ PY_ROOTS = {'rclpy': ('ros2+rclpy', 'rclpy/'), 'launch': ('ros2+launch', 'launch
 # uses behind a fallback, so that the test's own check of the checker has facts to fail on.
 EXTRA_NAMES = {'rclpy.parameter_client': {'AsyncParameterClient'},
                'rclpy.experimental': {'EventsExecutor'}}
+ENUM_BASES = ('Enum', 'IntEnum', 'Flag', 'IntFlag')
 # Keys looked up besides package.xml's, to record which pip-only dependencies have none.
 CANDIDATE_KEYS = ('python3-onnx', 'python3-onnx-pip', 'python3-cma', 'python3-cma-pip',
                   'python3-mcap', 'python3-mcap-pip', 'python3-mcap-ros2-support-pip',
@@ -209,7 +216,7 @@ class Extractor:
     def flatten(self, cls, depth=0):
         """Class facts with members of base classes defined in this package merged in."""
         methods, attrs, nested = {}, set(cls['attributes']), dict(cls['nested'])
-        opaque_bases = []
+        opaque_bases, enum_base = [], None
         for base in cls['bases']:
             found = None
             head = base.split('[')[0]
@@ -229,8 +236,11 @@ class Extractor:
                 attrs.update(flat['attributes'])
                 nested.update(flat['nested'])
                 opaque_bases += flat['opaque_bases']
-            elif head not in ('object', 'Enum', 'IntEnum', 'Generic', 'Protocol'):
+                enum_base = enum_base or flat['enum_base']
+            elif head not in ('object', 'Generic', 'Protocol') + ENUM_BASES:
                 opaque_bases.append(base)
+            if head in ENUM_BASES and enum_base is None:
+                enum_base = head
         methods.update(cls['methods'])
         init = methods.get('__init__')
         kwargs_from_slots = None
@@ -240,7 +250,7 @@ class Extractor:
                 'methods': dict(sorted(methods.items())), 'attributes': sorted(attrs),
                 'nested': {k: self.flatten(v, depth + 1) for k, v in sorted(nested.items())},
                 'init_kwargs_from_slots': kwargs_from_slots,
-                'opaque_bases': sorted(set(opaque_bases))}
+                'opaque_bases': sorted(set(opaque_bases)), 'enum_base': enum_base}
 
 
 def public(d, ext):
@@ -252,7 +262,18 @@ def public(d, ext):
     return {k: v for k, v in d.items() if not k.startswith('_')}
 
 
-def api_facts(mirrors, kilted_site):
+def _logger_rule(tree):
+    """Whether this rclpy refuses a logger call site whose severity changes between calls, and
+    what identifies a call site (rclpy/impl/rcutils_logger.py)."""
+    text = tree.read('impl/rcutils_logger.py') or ''
+    m = re.search(r"(?i:namedtuple)\(\s*'CallerId',\s*\[(.*?)\]\)", text, re.S)
+    return {'severity_fixed_per_call_site':
+            'Logger severity cannot be changed between calls' in text,
+            'call_site': re.findall(r"'(\w+)'", m.group(1)) if m else None,
+            'source': tree.describe() + ': rclpy/impl/rcutils_logger.py'}
+
+
+def api_facts(mirrors, kilted_site, jazzy_site):
     uses = scan_package(REPO)
     wanted = {m: set(n) for m, n in EXTRA_NAMES.items()}
     for u in uses:
@@ -264,10 +285,11 @@ def api_facts(mirrors, kilted_site):
         trees[distro] = {}
         for root, (mirror, prefix) in PY_ROOTS.items():
             git_dir = Path(mirrors) / mirror / 'repo'
-            if distro == 'kilted' and root == 'rclpy':
-                tree = DirTree(Path(kilted_site) / 'rclpy', 'ros-rclpy '
-                               + _dist_version(kilted_site, 'ros_rclpy')
-                               + ' wheel (PyPI, Kilted), installed here')
+            site = {'kilted': kilted_site, 'jazzy': jazzy_site}.get(distro)
+            if site and root == 'rclpy':
+                tree = DirTree(Path(site) / 'rclpy', 'ros-rclpy '
+                               + _dist_version(site, 'ros_rclpy')
+                               + f' wheel (PyPI, {distro.capitalize()}), installed here')
                 tree_prefix_ok = True
             else:
                 branch = distro if distro != 'kilted' else 'rolling'
@@ -293,7 +315,8 @@ def api_facts(mirrors, kilted_site):
                 if module == 'rclpy.node' or 'Node' in wanted[module]:
                     pass
                 modules[module] = entry
-        out[distro] = {'sources': sources, 'modules': modules}
+        out[distro] = {'sources': sources, 'modules': modules,
+                       'logger': _logger_rule(by_root['rclpy'])}
     return out
 
 
@@ -303,29 +326,38 @@ def _dist_version(site, dist):
     return '?'
 
 
-def c_facts(mirrors, kilted_site):
+def _subscription_arguments(site):
+    """The C Subscription constructor's argument count, from the pybind11 signature of the
+    rclpy wheel in `site`, read by that venv's own Python (one rclpy per process)."""
+    python = Path(site).parents[2] / 'bin' / 'python'
+    probe = ('from rclpy.impl.implementation_singleton import rclpy_implementation as r\n'
+             'sig = (r.Subscription.__init__.__doc__ or "").strip().splitlines()[0]\n'
+             'print(len(sig[sig.index("(") + 1:sig.rindex(")")].split(",")[1:]))\n')
+    # Not this process's environment: the wheels' start-up hook put their own library folders
+    # in LD_LIBRARY_PATH, where another distro's rclpy would load the wrong libraries.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('LD_LIBRARY_PATH', 'AMENT_PREFIX_PATH', 'PYTHONPATH',
+                        '_ROS_WHEELS_BOOTSTRAP_COMPLETE')}
+    run = subprocess.run([str(python), '-c', probe], capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        return {'arguments': None, 'source': f'not read: {run.stderr.strip()[-300:]}'}
+    return {'arguments': int(run.stdout), 'source': 'the installed ros-rclpy '
+            + _dist_version(site, 'ros_rclpy') + ' wheel (pybind11 signature)'}
+
+
+def c_facts(mirrors, kilted_site, jazzy_site):
     """Facts only the compiled parts hold: the Subscription constructor, discovery variables."""
     def git(repo, *args):
         return subprocess.run(['git', '--git-dir', str(Path(mirrors) / repo / 'repo'), *args],
                               capture_output=True, text=True).stdout
     facts = {}
-    for distro in ('humble', 'jazzy'):
-        text = git('ros2+rclpy', 'show', f'{distro}:rclpy/src/rclpy/subscription.cpp')
-        m = re.search(r'py::init<([^>]*)>', text)
-        facts.setdefault(distro, {})['rclpy_implementation.Subscription'] = {
-            'arguments': len(m.group(1).split(',')) if m else None,
-            'source': f'ros2/rclpy {distro}:rclpy/src/rclpy/subscription.cpp (py::init)'}
-    try:
-        sys.path.insert(0, str(kilted_site))
-        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
-        doc = _rclpy.Subscription.__init__.__doc__ or ''
-        sig = doc.strip().splitlines()[0]
-        args = sig[sig.index('(') + 1:sig.rindex(')')].split(',')[1:]
-        facts.setdefault('kilted', {})['rclpy_implementation.Subscription'] = {
-            'arguments': len(args), 'source': 'the installed ros-rclpy wheel (pybind11 signature)'}
-    except Exception as exc:  # noqa: BLE001 - recorded as unknown
-        facts.setdefault('kilted', {})['rclpy_implementation.Subscription'] = {
-            'arguments': None, 'source': f'not read: {exc}'}
+    text = git('ros2+rclpy', 'show', 'humble:rclpy/src/rclpy/subscription.cpp')
+    m = re.search(r'py::init<([^>]*)>', text)
+    facts['humble'] = {'rclpy_implementation.Subscription': {
+        'arguments': len(m.group(1).split(',')) if m else None,
+        'source': 'ros2/rclpy humble:rclpy/src/rclpy/subscription.cpp (py::init)'}}
+    for distro, site in (('jazzy', jazzy_site), ('kilted', kilted_site)):
+        facts[distro] = {'rclpy_implementation.Subscription': _subscription_arguments(site)}
     # Discovery: what rcl reads.
     humble = git('ros2+rcl', 'grep', '-l', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'humble', '--', 'rcl')
     facts['humble']['discovery'] = {
@@ -361,6 +393,13 @@ def c_facts(mirrors, kilted_site):
                 'src/cpp/rtps/participant'),
             'source': f'eProsima/Fast-DDS {branch}: src/cpp (XMLParserCommon.cpp, '
                       'RTPSParticipantImpl.cpp)'}
+        shm = git('eProsima+Fast-DDS', 'show',
+                  f'{branch}:src/cpp/rtps/transport/shared_mem/SharedMemTransport.cpp')
+        m = re.search(r'#define SHM_MANAGER_DOMAIN \("(\w+)"\)', shm)
+        facts[distro]['fastdds_shm_segments'] = {
+            'prefix': f'/dev/shm/{m.group(1)}_' if m else None,
+            'source': f'eProsima/Fast-DDS {branch}: src/cpp/rtps/transport/shared_mem/'
+                      'SharedMemTransport.cpp (SHM_MANAGER_DOMAIN)'}
     return facts
 
 
@@ -427,6 +466,10 @@ def main():
                     help='folder of git mirrors <owner>+<repo>/repo (the fetch tool\'s layout)')
     ap.add_argument('--kilted-site', default=str(REPO / '.venv/lib/python3.11/site-packages'),
                     help='site-packages holding the ros-rclpy (Kilted) wheel')
+    ap.add_argument('--jazzy-site',
+                    default=str(REPO / '.venv-jazzy/lib/python3.11/site-packages'),
+                    help='site-packages holding the ros-rclpy (Jazzy) wheel (make setup '
+                         'DISTRO=jazzy)')
     args = ap.parse_args()
     data = REPO / 'test' / 'data'
     data.mkdir(exist_ok=True)
@@ -435,8 +478,8 @@ def main():
            'not_checked': {
                'lyrical': 'no lyrical branch in the rclpy/launch/launch_ros mirrors',
                'rolling': 'the mirrors\' rolling branches (rclpy 8.0.0, 2024-12) predate Kilted'},
-           'distros': api_facts(args.mirrors, args.kilted_site),
-           'compiled': c_facts(args.mirrors, args.kilted_site)}
+           'distros': api_facts(args.mirrors, args.kilted_site, args.jazzy_site),
+           'compiled': c_facts(args.mirrors, args.kilted_site, args.jazzy_site)}
     (data / 'distro_api.json').write_text(json.dumps(api, indent=1, sort_keys=True) + '\n')
     (data / 'rosdep_keys.json').write_text(
         json.dumps(rosdep_facts(args.mirrors), indent=1, sort_keys=True) + '\n')

@@ -12,6 +12,9 @@ A use is (module, dotted name, keyword arguments, file:line, guarded):
   / `self.node.<m>(...)` anywhere -> ('rclpy.node', 'Node.create_timer', {'clock'});
   `executor.spin_once(timeout_sec=0.1)` -> ('rclpy.executors',
   'SingleThreadedExecutor.spin_once', {'timeout_sec'}).
+- `int(param.type_)` (a Parameter's type, in a file that imports rclpy) -> ('rclpy.parameter',
+  'Parameter.Type', as_int=True); `int(X.Y)` of an rclpy name likewise: an enum taken as a
+  number, which only an IntEnum allows.
 `guarded` is set when the use sits inside a `try:` whose handlers catch ImportError,
 AttributeError or TypeError: a fallback (allowed only when listed in the test's FALLBACKS).
 """
@@ -138,7 +141,23 @@ class _Scanner(ast.NodeVisitor):
             return name in self.node_classes and method not in own
         return False
 
+    def _enum_as_int(self, node):
+        """`int(x)` where x is an rclpy enum (member): recorded with as_int."""
+        if not (isinstance(node.func, ast.Name) and node.func.id == 'int' and len(node.args) == 1
+                and isinstance(node.args[0], ast.Attribute)):
+            return
+        arg = node.args[0]
+        if arg.attr == 'type_' and any(m.split('.')[0] == 'rclpy'
+                                       for m, _ in self.aliases.values()):
+            self._add('rclpy.parameter', 'Parameter.Type', node, as_int=True)
+            return
+        dotted = _dotted(arg)
+        resolved = self._resolve(dotted) if dotted else None
+        if resolved is not None and resolved[1]:
+            self._add(resolved[0], resolved[1], node, as_int=True)
+
     def visit_Call(self, node):
+        self._enum_as_int(node)
         dotted = _dotted(node.func)
         kwargs = [k.arg for k in node.keywords if k.arg is not None]
         if dotted:

@@ -6,8 +6,13 @@ ros/rosdistro; see their `sources` fields); this test only reads them. It fails 
 - the package uses an rclpy / launch / launch_ros name, keyword argument or class member that
   Humble, Jazzy or Kilted lacks, unless the use is a listed fallback inside a `try` that
   catches its absence (FALLBACKS);
+- the package takes an rclpy enum as a number (`int(param.type_)`) where a distro's enum is a
+  plain Enum, not an IntEnum (Parameter.Type on Humble and Jazzy);
+- a logger call site's severity is chosen at run time (`(log.warn if x else log.info)(...)`)
+  on a distro whose rclpy refuses a call site whose severity changes between calls;
 - the discovery set-up or the loopback transport rule misses what a distro's rcl or Fast DDS
-  reads;
+  reads (with ROS_DISTRO unset too, as the PyPI wheels leave it), or the shared-memory check
+  misses the segments a distro's Fast DDS maps;
 - package.xml names a key rosdep cannot resolve on a supported distro, or setup.py requires
   something that neither package.xml nor requirements/rosdep_pip.txt installs;
 - a file is not Python 3.10 (Humble's Ubuntu 22.04).
@@ -33,8 +38,8 @@ ROSDEP_DISTROS = ('humble', 'jazzy', 'kilted', 'lyrical', 'rolling')
 # what the package does instead (README, compatibility).
 FALLBACKS = {
     ('rclpy.experimental', 'EventsExecutor'):
-        'nodes/common.make_executor: SingleThreadedExecutor on Humble and Jazzy '
-        '(rclpy.experimental is Kilted and later)',
+        'nodes/common.make_executor: SingleThreadedExecutor on Humble (rclpy.experimental '
+        'came to Jazzy with rclpy 7.1.4 or later: the 7.1.6 wheel has it)',
 }
 
 
@@ -90,6 +95,21 @@ def _call_problem(entry, use):
     return None
 
 
+def _enum_problem(entry, rest, use):
+    """Why `int(<use>)` fails on this distro's enum, or None (IntEnum, or not an enum)."""
+    parts = list(rest)
+    while entry is not None and entry.get('kind') == 'class':
+        if entry.get('enum_base'):
+            if entry['enum_base'] in ('IntEnum', 'IntFlag'):
+                return None
+            return (f'{use.module}.{use.name} is a plain {entry["enum_base"]}: int() raises '
+                    'TypeError (take .value)')
+        if not parts:
+            return None
+        entry = entry['nested'].get(parts.pop(0))
+    return None
+
+
 def check_use(use, distro):
     """None when `distro` has what `use` needs, else the reason."""
     modules = API['distros'][distro]['modules']
@@ -109,6 +129,8 @@ def check_use(use, distro):
     state, found = _walk(names[head], rest)
     if state == 'missing':
         return f'no {use.module}.{use.name} ({found} missing)'
+    if use.extra.get('as_int'):
+        return _enum_problem(names[head], rest, use)
     problem = _call_problem(found if rest else names[head], use)
     return f'{use.module}.{use.name}: {problem}' if problem else None
 
@@ -187,6 +209,106 @@ def test_an_api_a_distro_lacks_is_caught(tmp_path):
     assert 'not inside a try that catches its absence' in text
 
 
+def test_an_enum_taken_as_a_number_is_caught(tmp_path):
+    """Parameter.Type is an IntEnum on Kilted, a plain Enum on Humble and Jazzy: int() of it
+    raised TypeError in tools/params_doc on Jazzy. Its .value is a number on all three."""
+    from api_uses import scan_file
+    kinds = {d: API['distros'][d]['modules']['rclpy.parameter']['Parameter']['nested']['Type']
+             ['enum_base'] for d in CHECKED}
+    assert kinds == {'humble': 'Enum', 'jazzy': 'Enum', 'kilted': 'IntEnum'}, kinds
+    src = tmp_path / 'offender.py'
+    src.write_text('import rclpy\n'
+                   'from rclpy.parameter import Parameter\n'
+                   'def kind(node):\n'
+                   '    return int(node.get_parameter("x").type_)\n'
+                   'def array():\n'
+                   '    return int(Parameter.Type.DOUBLE_ARRAY)\n'
+                   'def fine(param):\n'
+                   '    return param.type_.value, Parameter.Type.DOUBLE_ARRAY.value\n')
+    found = problems(scan_file(src, 'offender.py'))
+    for line in (4, 6):
+        for distro in ('humble', 'jazzy'):
+            assert any(f.startswith(f'offender.py:{line}: {distro}: ') and 'plain Enum' in f
+                       for f in found), (line, distro, found)
+    assert not any(': kilted: ' in f or 'offender.py:8' in f for f in found), found
+
+
+# -- loggers: rclpy refuses a call site whose severity changes -------------------------------
+
+LOG_METHODS = {'debug', 'info', 'warn', 'warning', 'error', 'fatal', 'log'}
+
+
+def _logger_branches(node):
+    """True when `node` (an expression) contains a logger method reference like `x.info`."""
+    return any(isinstance(n, ast.Attribute) and n.attr in LOG_METHODS for n in ast.walk(node))
+
+
+def runtime_severity_sites(tree, rel):
+    """Call sites (file:line) whose logger method is chosen at run time: a call of a
+    conditional / boolean / subscript expression over logger methods, of getattr(logger,
+    <not a constant>), or of a name bound to such an expression."""
+    chosen = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.IfExp, ast.BoolOp)) \
+                and _logger_branches(node.value):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    chosen[t.id] = node.lineno
+    sites = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, (ast.IfExp, ast.BoolOp, ast.Subscript)) and _logger_branches(f):
+            sites.append(node.lineno)
+        elif (isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == 'getattr'
+              and len(f.args) >= 2 and not isinstance(f.args[1], ast.Constant)
+              and 'log' in ast.unparse(f.args[0]).lower()):
+            sites.append(node.lineno)
+        elif isinstance(f, ast.Name) and f.id in chosen:
+            sites.append(node.lineno)
+    return [f'{rel}:{line}' for line in sorted(sites)]
+
+
+def test_the_logger_rule_is_known_for_every_distro():
+    """Every checked rclpy refuses a call site whose severity changes between calls
+    ("Logger severity cannot be changed between calls"); a call site is identified by
+    file, function, line and bytecode offset, so one expression is one site."""
+    for distro in CHECKED:
+        rule = API['distros'][distro]['logger']
+        assert rule['severity_fixed_per_call_site'] is True, (distro, rule)
+        assert rule['call_site'] and 'line_number' in rule['call_site'], (distro, rule)
+
+
+def test_every_logger_call_site_has_one_severity():
+    """sysid_experiment's `(log.info if ok else log.warn)(...)` killed the node on Jazzy
+    ([FATAL] Exception in 'services' callback: Logger severity cannot be changed between
+    calls); sim_bridge's error/info one raises on Kilted too. One call site per severity."""
+    strict = [d for d in CHECKED if API['distros'][d]['logger']['severity_fixed_per_call_site']]
+    found = []
+    for path in package_files(REPO):
+        rel = str(path.relative_to(REPO))
+        found += runtime_severity_sites(ast.parse(path.read_text()), rel)
+    assert not (strict and found), (f'logger call sites whose severity changes at run time '
+                                    f'(rclpy of {strict} raises): write one call per '
+                                    f'severity:\n' + '\n'.join(found))
+
+
+def test_a_runtime_severity_is_caught():
+    src = ('def f(self, ok, log):\n'
+           '    (self.get_logger().info if ok else self.get_logger().warn)("x")\n'
+           '    (log.error if not ok else log.info)("y")\n'
+           '    getattr(log, "info" if ok else "error")("z")\n'
+           '    say = log.info if ok else log.warning\n'
+           '    say("w")\n'
+           '    if ok:\n'
+           '        log.info("fine")\n'
+           '    else:\n'
+           '        log.warning("fine")\n')
+    assert runtime_severity_sites(ast.parse(src), 'o.py') == ['o.py:2', 'o.py:3', 'o.py:4',
+                                                              'o.py:6']
+
+
 def test_every_fallback_is_needed_and_guarded():
     for (module, name), why in FALLBACKS.items():
         uses = [u for u in USES if u.module == module and u.name.split('.')[0] == name]
@@ -254,6 +376,25 @@ def test_loopback_transport_rule_on_every_distro(distro):
         assert env.get(name, '').endswith('loopback_udp.xml'), (distro, name)
     assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
     assert 'ROS_LOCALHOST_ONLY' not in env
+    # ROS_DISTRO unset, as the PyPI wheels of every distro leave it: the Jazzy wheels' nodes
+    # bound UDP to 0.0.0.0 and the external address when only FASTDDS_ was set.
+    env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    assert prefer_udp_transport(env) == 'loopback UDP'
+    for name in fastdds['names']:
+        assert env.get(name, '').endswith('loopback_udp.xml'), (distro, name, 'no ROS_DISTRO')
+
+
+@pytest.mark.parametrize('distro', CHECKED)
+def test_shared_memory_is_seen_on_every_distro(tmp_path, monkeypatch, distro):
+    """dds_transport reads the segments this distro's Fast DDS maps (SHM_MANAGER_DOMAIN:
+    fastrtps_ in Fast DDS 2, fastdds_ in 3)."""
+    from simreal_ros.nodes.common import dds_transport
+    prefix = API['compiled'][distro]['fastdds_shm_segments']['prefix']
+    assert prefix, distro
+    maps = tmp_path / 'maps'
+    maps.write_text(f'7f59 rw-s 00000000 00:1b 388730 {prefix}75c3aaf97c5e90ef\n')
+    monkeypatch.delenv('RMW_IMPLEMENTATION', raising=False)
+    assert dds_transport(maps) == 'shared memory + UDP', (distro, prefix)
 
 
 # -- package.xml, setup.py, rosdep ------------------------------------------------------------
@@ -365,7 +506,9 @@ NEWER_NAMES = {'tomllib': '3.11', 'ExceptionGroup': '3.11', 'BaseExceptionGroup'
 
 def _python_files():
     skip = {'.venv', '.git', 'build', 'install', 'log', '__pycache__'}
-    return [p for p in sorted(REPO.rglob('*.py')) if not skip & set(p.relative_to(REPO).parts)]
+    return [p for p in sorted(REPO.rglob('*.py'))
+            if not (skip & set(p.relative_to(REPO).parts)
+                    or p.relative_to(REPO).parts[0].startswith('.venv'))]   # .venv-jazzy
 
 
 def test_every_file_is_python_3_10():

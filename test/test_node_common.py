@@ -4,7 +4,8 @@ import os
 import pytest
 
 from simreal_ros.core.config import ConfigError
-from simreal_ros.nodes.common import dds_transport, make_executor, prefer_udp_transport
+from simreal_ros.nodes.common import (dds_transport, make_executor, off_loopback,
+                                      prefer_udp_transport, transport_lines, udp_sockets)
 
 
 def test_udp_transport_unless_the_user_chose_one():
@@ -24,8 +25,15 @@ def test_localhost_is_served_by_the_loopback_profile_not_shared_memory():
     env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
     assert prefer_udp_transport(env) == 'loopback UDP'
     assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
+    # Both variables: Fast DDS 2 (Jazzy) reads only the FASTRTPS_ one, Fast DDS 3 the other.
     assert env['FASTDDS_DEFAULT_PROFILES_FILE'].endswith('config/fastdds/loopback_udp.xml')
+    assert env['FASTRTPS_DEFAULT_PROFILES_FILE'] == env['FASTDDS_DEFAULT_PROFILES_FILE']
     assert 'FASTDDS_BUILTIN_TRANSPORTS' not in env
+    for chosen in ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE'):
+        env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', chosen: '/etc/robot/fastdds.xml'}
+        assert prefer_udp_transport(env) is None                  # a user's profile stands
+        assert env == {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST',
+                       chosen: '/etc/robot/fastdds.xml'}
     env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'FASTDDS_BUILTIN_TRANSPORTS': 'SHM'}
     assert prefer_udp_transport(env) == 'SHM'                  # the user's choice stands
     assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'LOCALHOST'
@@ -37,7 +45,11 @@ def test_transport_is_read_from_the_process_maps(tmp_path, monkeypatch):
                     '7f5a r-xp 00000000 08:01 12 /usr/lib/libc.so.6\n')
     monkeypatch.delenv('RMW_IMPLEMENTATION', raising=False)
     assert dds_transport(maps) == 'shared memory + UDP'
-    maps.write_text('7f5a r-xp 00000000 08:01 12 /work/.venv/lib/libfastdds.so.3.2\n')
+    # Fast DDS 2 (Humble, Jazzy) names its segments fastrtps_.
+    maps.write_text('7f59 rw-s 00000000 00:1b 388731 /dev/shm/fastrtps_3f1a0c2b9d8e7f60\n')
+    assert dds_transport(maps) == 'shared memory + UDP'
+    maps.write_text('7f5a r-xp 00000000 08:01 12 /work/.venv/lib/libfastdds.so.3.2\n'
+                    '7f5b r--p 00000000 08:01 13 /dev/shm/sem.other_fastrtps_port7400\n')
     assert dds_transport(maps) == 'UDP'
     assert dds_transport(tmp_path / 'missing') == 'unknown'
     monkeypatch.setenv('RMW_IMPLEMENTATION', 'rmw_cyclonedds_cpp')
@@ -354,3 +366,44 @@ def test_a_teardown_that_hangs_after_a_signal_is_cut_short_with_every_stack_prin
     assert 'destroy_node' in out, out[-3000:]      # where it hung, from the stack dump
     assert 'finished cleanly' not in out
     assert took >= 3.0, took                        # not before the bound
+
+
+def test_udp_sockets_are_read_from_proc():
+    # The measurement the start-up line rests on: this process's own sockets, as bound.
+    import socket
+    lo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    anywhere = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    lo6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        lo.bind(('127.0.0.1', 0))
+        anywhere.bind(('0.0.0.0', 0))       # bound only: nothing is sent
+        lo6.bind(('::1', 0))
+        found = udp_sockets()
+        assert ('127.0.0.1', lo.getsockname()[1]) in found, found
+        assert ('0.0.0.0', anywhere.getsockname()[1]) in found, found
+        assert ('::1', lo6.getsockname()[1]) in found, found
+        assert off_loopback(found) == [f'0.0.0.0:{anywhere.getsockname()[1]}']
+    finally:
+        for s in (lo, anywhere, lo6):
+            s.close()
+    assert udp_sockets(pid=2 ** 22 + 1) is None                 # no such process
+
+
+def test_the_start_up_line_says_what_was_bound():
+    # All on loopback: the note, with the count. One socket off loopback under LOCALHOST (the
+    # Jazzy wheels with only FASTDDS_DEFAULT_PROFILES_FILE set: 0.0.0.0 and the external
+    # address): a warning naming it, and no claim of loopback, whatever was set.
+    on_lo = [('127.0.0.1', 7410), ('239.255.0.1', 7400), ('127.0.0.1', 7411)]
+    [(level, text)] = transport_lines(False, True, 'loopback UDP', on_lo, 2)
+    assert level == 'info' and 'served by loopback UDP' in text and 'Fast DDS 2' in text
+    assert '3 UDP sockets, all on loopback' in text
+    leaked = on_lo + [('0.0.0.0', 7400), ('192.0.2.2', 7412)]
+    [(level, text)] = transport_lines(False, True, 'loopback UDP', leaked, 2)
+    assert level == 'warning' and '0.0.0.0:7400, 192.0.2.2:7412' in text
+    assert 'served by loopback' not in text
+    assert transport_lines(False, True, 'loopback UDP', None, None) == []   # unknown: silent
+    lines = transport_lines(True, True, 'SHM', on_lo, 3)
+    assert [level for level, _ in lines] == ['warning']
+    assert 'shared memory' in lines[0][1]
+    # A wider discovery the user asked for is theirs: no warning about it.
+    assert transport_lines(False, False, 'UDPv4', leaked, 3) == []

@@ -44,12 +44,13 @@ def loopback_udp_env():
     transport a robot's computers get from the nodes' FASTDDS_BUILTIN_TRANSPORTS=UDPv4;
     LOCALHOST would add shared memory). Traffic stays on 127.0.0.1."""
     from simreal_ros.core.config import share_dir
-    from simreal_ros.nodes.common import profiles_variable
+    from simreal_ros.nodes.common import PROFILES_VARIABLES
     profile = str(share_dir() / 'config' / 'fastdds' / 'loopback_udp.xml')
-    # Humble's and Jazzy's Fast DDS 2 read FASTRTPS_DEFAULT_PROFILES_FILE; Humble's
-    # ROS_LOCALHOST_ONLY=1 would bring shared memory back (nodes/common.prefer_udp_transport).
+    # Both variables: Fast DDS 2 (Humble, Jazzy) reads FASTRTPS_DEFAULT_PROFILES_FILE only,
+    # Fast DDS 3 the FASTDDS_ one only. Humble's ROS_LOCALHOST_ONLY=1 would bring shared
+    # memory back (nodes/common.prefer_udp_transport).
     return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SYSTEM_DEFAULT',
-            'FASTDDS_DEFAULT_PROFILES_FILE': profile, profiles_variable(): profile,
+            **{key: profile for key in PROFILES_VARIABLES},
             'ROS_LOCALHOST_ONLY': None, 'FASTDDS_BUILTIN_TRANSPORTS': None}
 
 

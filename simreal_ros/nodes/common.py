@@ -130,8 +130,12 @@ class _Stop:
             signal.signal(sig, signal.SIG_IGN)
 
 
-TRANSPORT_CHOICES = ('FASTDDS_BUILTIN_TRANSPORTS', 'FASTDDS_DEFAULT_PROFILES_FILE',
-                     'FASTRTPS_DEFAULT_PROFILES_FILE')
+# The variables naming a Fast DDS XML profiles file: Fast DDS 3 (Kilted and later) reads the
+# first only, Fast DDS 2 (Humble 2.6, Jazzy 2.14) the second only (test/data/distro_api.json).
+PROFILES_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+TRANSPORT_CHOICES = ('FASTDDS_BUILTIN_TRANSPORTS',) + PROFILES_VARIABLES
+# The shared-memory segments each Fast DDS maps (/dev/shm/<prefix><id>): 3 fastdds_, 2 fastrtps_.
+SHM_PREFIXES = ('/dev/shm/fastdds_', '/dev/shm/fastrtps_')
 
 
 def loopback_profile_path():
@@ -148,21 +152,30 @@ def loopback_profile_path():
 # later read the range; Jazzy still honours ROS_LOCALHOST_ONLY, deprecated, and lets it prevail
 # with a warning in every process; Kilted's rcl no longer reads it: test/data/distro_api.json).
 LOCALHOST_ONLY_DISTROS = ('humble',)
-# Distros on Fast DDS 2 (Humble 2.6, Jazzy 2.14), which reads its XML profiles file from
-# FASTRTPS_DEFAULT_PROFILES_FILE; Fast DDS 3 (Kilted and later) from FASTDDS_DEFAULT_PROFILES_FILE.
-FASTDDS2_DISTROS = ('humble', 'jazzy')
 
 
 def _distro(env):
     return env.get('ROS_DISTRO', '').strip().lower()
 
 
-def profiles_variable(environ=None):
-    """The variable this distro's Fast DDS reads its XML profiles file from (ROS_DISTRO;
-    without it, the Kilted wheels: Fast DDS 3)."""
-    env = os.environ if environ is None else environ
-    return ('FASTRTPS_DEFAULT_PROFILES_FILE' if _distro(env) in FASTDDS2_DISTROS
-            else 'FASTDDS_DEFAULT_PROFILES_FILE')
+def fastdds_major(maps='/proc/self/maps'):
+    """The major version of the Fast DDS library this process has loaded (2 or 3), or None.
+
+    Read from the library mapped (libfastrtps.so.2.x: Fast DDS 2 of Humble and Jazzy;
+    libfastdds.so.3.x: Fast DDS 3 of Kilted and later), not from ROS_DISTRO, which the PyPI
+    wheels leave unset. None before rmw_fastrtps is loaded, for another middleware, or where
+    /proc is missing.
+    """
+    try:
+        with open(maps) as f:
+            text = f.read()
+    except OSError:
+        return None
+    if '/libfastdds.so.3' in text:
+        return 3
+    if '/libfastrtps.so.2' in text:
+        return 2
+    return None
 
 
 def localhost_discovery(environ=None, keep_choice=False):
@@ -213,10 +226,12 @@ def prefer_udp_transport(environ=None):
       ROS_LOCALHOST_ONLY=1), where rmw_fastrtps installs its own shared-memory + UDP pair and
       ignores that variable (Humble's rmw_fastrtps 6.2 as Kilted's 9.3), it puts this process
       on config/fastdds/loopback_udp.xml (UDP bound to 127.0.0.1, discovery on loopback),
-      named in the variable this distro's Fast DDS reads (`profiles_variable`: Fast DDS 2 of
-      Humble and Jazzy reads FASTRTPS_DEFAULT_PROFILES_FILE, Fast DDS 3 the FASTDDS_ one),
-      with the range SYSTEM_DEFAULT and ROS_LOCALHOST_ONLY unset, so that the profile is
-      used: what LOCALHOST promises, nothing leaves the computer, without shared memory.
+      named in both PROFILES_VARIABLES (Fast DDS 2 of Humble and Jazzy reads only
+      FASTRTPS_DEFAULT_PROFILES_FILE, Fast DDS 3 only the FASTDDS_ one; ROS_DISTRO, unset by
+      the PyPI wheels, cannot tell which is installed: with only the FASTDDS_ one, Jazzy's
+      nodes bound UDP to 0.0.0.0 and the external address), with the range SYSTEM_DEFAULT
+      and ROS_LOCALHOST_ONLY unset, so that the profile is used: what LOCALHOST promises,
+      nothing leaves the computer, without shared memory.
       Processes left on LOCALHOST (the `ros2` command line, its daemon) still find these
       ones, over UDP.
     Returns what was put in place: 'UDPv4', 'loopback UDP', the user's
@@ -230,7 +245,8 @@ def prefer_udp_transport(environ=None):
     if localhost_requested(env):
         profile = loopback_profile_path()
         if profile is not None:
-            env[profiles_variable(env)] = str(profile)
+            for key in PROFILES_VARIABLES:
+                env[key] = str(profile)
             env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'SYSTEM_DEFAULT'
             env.pop('ROS_LOCALHOST_ONLY', None)
             return 'loopback UDP'
@@ -315,27 +331,84 @@ SHARED_MEMORY_WARNING = (
     'loopback_udp.xml) (docs/real_robot.md, middleware)')
 LOOPBACK_NOTE = (
     'DDS: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST served by loopback UDP '
-    '(config/fastdds/loopback_udp.xml), not shared memory, where a stopped subscriber '
-    'blocks publishing for 1-2 s; set FASTDDS_BUILTIN_TRANSPORTS or a profiles file to choose '
-    'yourself (docs/real_robot.md, middleware)')
+    '(config/fastdds/loopback_udp.xml, Fast DDS {major}: {sockets} UDP sockets, all on '
+    'loopback), not shared memory, where a stopped subscriber blocks publishing for 1-2 s; '
+    'set FASTDDS_BUILTIN_TRANSPORTS or a profiles file to choose yourself '
+    '(docs/real_robot.md, middleware)')
+OFF_LOOPBACK_WARNING = (
+    'DDS: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST was asked, but this process has UDP sockets '
+    'bound off loopback ({off}; Fast DDS {major}): its traffic can leave this computer. Was '
+    'the profiles file ignored? Fast DDS 2 (Humble, Jazzy) reads FASTRTPS_DEFAULT_PROFILES_FILE, '
+    'Fast DDS 3 FASTDDS_DEFAULT_PROFILES_FILE (docs/distros.md)')
 
 
 def dds_transport(maps='/proc/self/maps'):
     """What this process's middleware uses between processes, once its node exists.
 
     'shared memory + UDP' when Fast DDS has mapped its shared-memory segments
-    (/dev/shm/fastdds_*), 'UDP' when it has not, 'unknown' for another middleware or where
-    /proc is missing. Measured, not inferred from the environment: rmw_fastrtps overrides
-    FASTDDS_BUILTIN_TRANSPORTS under LOCALHOST.
+    (/dev/shm/fastdds_* for Fast DDS 3, /dev/shm/fastrtps_* for Fast DDS 2), 'UDP' when it has
+    not, 'unknown' for another middleware or where /proc is missing. Measured, not inferred
+    from the environment: rmw_fastrtps overrides FASTDDS_BUILTIN_TRANSPORTS under LOCALHOST.
     """
     if 'fastrtps' not in os.environ.get('RMW_IMPLEMENTATION', 'rmw_fastrtps_cpp'):
         return 'unknown'
     try:
         with open(maps) as f:
-            shm = any('/dev/shm/fastdds' in line for line in f)
+            shm = any(prefix in line for line in f for prefix in SHM_PREFIXES)
     except OSError:
         return 'unknown'
     return 'shared memory + UDP' if shm else 'UDP'
+
+
+def udp_sockets(pid='self'):
+    """The local (address, port) of every UDP socket process `pid` holds, IPv4 and IPv6.
+
+    Read from /proc/<pid>/fd (the socket inodes the process holds) and /proc/<pid>/net/udp,
+    udp6 (every socket of its network namespace, with its inode). None where /proc is missing.
+    """
+    import ipaddress
+    try:
+        inodes = set()
+        for fd in os.listdir(f'/proc/{pid}/fd'):
+            try:
+                link = os.readlink(f'/proc/{pid}/fd/{fd}')
+            except OSError:
+                continue        # closed meanwhile
+            if link.startswith('socket:['):
+                inodes.add(link[8:-1])
+        found = []
+        for table, width in (('udp', 4), ('udp6', 16)):
+            try:
+                with open(f'/proc/{pid}/net/{table}') as f:
+                    rows = f.read().splitlines()[1:]
+            except FileNotFoundError:
+                continue        # no IPv6 in this kernel
+            for row in rows:
+                cols = row.split()
+                if len(cols) < 10 or cols[9] not in inodes:
+                    continue
+                addr, port = cols[1].split(':')
+                raw = bytes.fromhex(addr)
+                # The kernel prints each 32-bit word in host (little-endian) order.
+                raw = b''.join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+                found.append((str(ipaddress.ip_address(raw)), int(port, 16)))
+        return found
+    except OSError:
+        return None
+
+
+def off_loopback(sockets):
+    """The sockets of `sockets` bound where traffic can come from or leave for another
+    computer: any address but loopback and multicast groups (0.0.0.0 included)."""
+    import ipaddress
+    out = []
+    for ip, port in sockets or ():
+        a = ipaddress.ip_address(ip)
+        if getattr(a, 'ipv4_mapped', None):
+            a = a.ipv4_mapped
+        if not (a.is_loopback or a.is_multicast):
+            out.append(f'{ip}:{port}')
+    return out
 
 
 EXECUTOR_KINDS = ('events', 'single')
@@ -480,6 +553,7 @@ def run(node_class, args=None):
     from rclpy.signals import SignalHandlerOptions
     stop = _Stop()
     _stacks_on_sigusr1()
+    localhost = localhost_requested(os.environ)
     transport = prefer_udp_transport()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     node = None
@@ -489,11 +563,7 @@ def run(node_class, args=None):
     try:
         node = node_class()
         executor, node.executor_kind = make_executor(getattr(node, 'executor_kind', 'events'))
-        node.dds_transport = dds_transport()
-        if node.dds_transport == 'shared memory + UDP':
-            node.get_logger().warning(SHARED_MEMORY_WARNING)
-        elif transport == 'loopback UDP':
-            node.get_logger().info(LOOPBACK_NOTE)
+        _say_transport(node, localhost, transport)
         executor.add_node(node)
         hot = getattr(node, 'hot_loop', None)
         if hot is not None and hot.take_over():
@@ -524,6 +594,40 @@ def run(node_class, args=None):
     if stop.signal is not None and code == 0:
         print(f'[{name}] finished cleanly', file=sys.stderr, flush=True)
     return code
+
+
+def transport_lines(shm, localhost, transport, sockets, major):
+    """What a node says at start about its DDS transport: [(severity, text)].
+
+    `shm`: its shared-memory segments are mapped (dds_transport); `localhost`: localhost
+    discovery was asked; `transport`: what prefer_udp_transport put in place; `sockets`: its
+    UDP sockets as bound (udp_sockets, None when unknown); `major`: the Fast DDS version. The
+    loopback note is said only when every socket is measured on loopback; any socket off it
+    under localhost discovery is a warning naming it, whatever was set.
+    """
+    lines = []
+    if shm:
+        lines.append(('warning', SHARED_MEMORY_WARNING))
+    off = off_loopback(sockets)
+    if localhost and off:
+        lines.append(('warning', OFF_LOOPBACK_WARNING.format(off=', '.join(off),
+                                                             major=major or '?')))
+    elif transport == 'loopback UDP' and not shm and sockets is not None:
+        lines.append(('info', LOOPBACK_NOTE.format(major=major or '?', sockets=len(sockets))))
+    return lines
+
+
+def _say_transport(node, localhost, transport):
+    """Log the transport this process really got, measured once its node exists (the
+    participant, its sockets and its shared-memory segments come with the first node)."""
+    node.dds_transport = dds_transport()
+    for severity, text in transport_lines(node.dds_transport == 'shared memory + UDP',
+                                          localhost, transport, udp_sockets(),
+                                          fastdds_major()):
+        if severity == 'warning':       # one call site per severity (rclpy's rule)
+            node.get_logger().warning(text)
+        else:
+            node.get_logger().info(text)
 
 
 TEARDOWN_S = 3.0   # within launch's 5 s from SIGINT to SIGTERM, after before_shutdown

@@ -373,8 +373,12 @@ class SysidNode(Node):
     def _srv_start(self, request, response):
         with self._lock:
             response.success, response.message = self._start()
-        (self.get_logger().info if response.success
-         else self.get_logger().warn)(f'start: {response.message}')
+        # One call site per severity: rclpy refuses a call site whose severity changes
+        # (Jazzy's rclpy 7.1.6 raised here; test_distro_compat).
+        if response.success:
+            self.get_logger().info(f'start: {response.message}')
+        else:
+            self.get_logger().warning(f'start: {response.message}')
         return response
 
     def _start(self):

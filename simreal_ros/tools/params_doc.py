@@ -54,6 +54,10 @@ class _NoWire:
         return None
 
 
+# Fast DDS 3 reads the first, Fast DDS 2 (Humble, Jazzy) the second.
+PROFILES_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+
+
 @contextlib.contextmanager
 def isolated():
     """Set up this process to build nodes that nobody can see; restore everything after."""
@@ -62,9 +66,9 @@ def isolated():
     if rclpy.ok():
         raise RuntimeError('params_doc builds its nodes in a ROS context of its own: call it '
                            'while rclpy is not initialised')
-    saved_env = {k: os.environ.get(k) for k in ('ROS_AUTOMATIC_DISCOVERY_RANGE',
-                                                 'ROS_LOCALHOST_ONLY', 'ROS_DOMAIN_ID', 'ROS_HOME', 'XDG_DATA_HOME',
-                                                 'FASTDDS_DEFAULT_PROFILES_FILE')}
+    saved_env = {k: os.environ.get(k) for k in (
+        'ROS_AUTOMATIC_DISCOVERY_RANGE', 'ROS_LOCALHOST_ONLY', 'ROS_DOMAIN_ID', 'ROS_HOME',
+        'XDG_DATA_HOME') + PROFILES_VARIABLES}
     saved_nice = common.set_process_nice
     patched = []
     with tempfile.TemporaryDirectory(prefix='simreal_params_doc_') as tmp:
@@ -73,7 +77,8 @@ def isolated():
             if os.environ.get('ROS_DISTRO') == 'humble':   # no discovery range before Iron
                 os.environ['ROS_LOCALHOST_ONLY'] = '1'
             # No profile whose initial peers would announce this participant to others.
-            os.environ.pop('FASTDDS_DEFAULT_PROFILES_FILE', None)
+            for key in PROFILES_VARIABLES:
+                os.environ.pop(key, None)
             # Discovery is off; the caller's domain stays when Fast DDS can take it (<= 232),
             # else 0, which is valid for every middleware.
             domain = os.environ.get('ROS_DOMAIN_ID', '')
@@ -132,7 +137,9 @@ def declared_parameters(node):
     for name, descriptor in zip(names, node.describe_parameters(names)):
         try:
             param = node.get_parameter(name)
-            kind, value = int(param.type_), param.value
+            # Parameter.Type is an IntEnum on Kilted, a plain Enum on Humble and Jazzy
+            # (int() raises there): its value is the ParameterType number on every distro.
+            kind, value = param.type_.value, param.value
         except ParameterUninitializedException:
             kind, value = int(descriptor.type), None
         if value is not None and not isinstance(value, (bool, int, float, str)):
