@@ -11,7 +11,8 @@ limits, e-stop during motion, reset refused with a stale input, stage promotion 
 tilt trip on the G1 (left without a policy, it falls); then the faults of issue 13: glitched and
 duplicated joint_states, the supervisor sent SIGTERM, SIGKILL (the driver must damp) or stopped,
 an unwritable stage record, a clock jump, dwell while nothing is forwarded, two SysID senders,
-a SysID start during an e-stop, a changed stage list, a cmd_vel that stops. `--repeat N` runs
+a SysID start during an e-stop, a changed stage list, a cmd_vel that stops; joint_states whose
+every fifth sample is stamped 30 ms back (issue 42). `--repeat N` runs
 them N times. Then the hypothesis property of the limit filter runs over >= 100k cases, and the
 whole supervisor over event sequences with glitched, duplicated and missing measurements.
 
@@ -57,8 +58,10 @@ SCENARIOS = ('policy_killed', 'joint_states_stopped', 'nan_commands', 'far_beyon
              # issue 28: the input contract
              'policy_flood', 'subset_command', 'out_of_order_stamps', 'future_stamps',
              'past_stamps_within_tolerance', 'stalled_then_bursting', 'duplicate_command_names',
-             'shuffled_joint_order', 'policy_late_at_start')
-INPUT_CONTRACT = SCENARIOS[-9:]
+             'shuffled_joint_order', 'policy_late_at_start',
+             # issue 42: measured state in order
+             'out_of_order_joint_states')
+INPUT_CONTRACT = SCENARIOS[-10:-1]
 # Each scenario's time from the fault to the safe output (or the driver's damping), by key.
 FAULT_TIMES = ('fault_to_safe_ms', 'signal_to_safe_ms', 'kill_to_driver_damped_ms',
                'estop_to_safe_ms', 'jump_to_safe_ms', 'first_message_to_safe_ms')
@@ -523,6 +526,56 @@ def sc_duplicate_joint_names(tmp, args):
     try:
         return _sensor_fault(rig, ([ARM_NAMES[0]] * 2 + [ARM_NAMES[2]], [0.0, 0.0, 0.0]),
                              'sample with a repeated name')
+    finally:
+        rig.close()
+
+
+def sc_out_of_order_joint_states(tmp, args):
+    """Beside sim_robot's 500 Hz joint_states, a second driver thread at 125 Hz (every fifth
+    sample) stamped 30 ms back, carrying joint 0 0.05 rad off the measured pose: used, it would
+    make the held pose's target imply 5 N*m against stage 0.10's 4 N*m (a clip, a target
+    moved). None is used: counted as out of order, no clip, no implausible sample, no e-stop,
+    every output is the policy's target."""
+    rig = _glitch_rig(tmp)
+    try:
+        rig.wait_forwarding()
+        from sensor_msgs.msg import JointState
+        from simreal_ros.nodes.common import SENSOR_PUB_QOS
+        pub = rig.probe.node.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
+        wait_for(lambda: pub.get_subscription_count() >= 2, 10, what='the publisher matched')
+        target = list(rig.probe.target)
+        clips0 = _clips(rig)
+        start = time.monotonic()
+        sent = 0
+        while time.monotonic() - start < 4.0:
+            js = rig.probe.joint_states
+            q = list(js.position)
+            q[0] -= 0.05
+            msg = JointState(name=list(js.name), position=q, velocity=[0.0] * len(q))
+            t = _clock(rig) - 0.03
+            msg.header.stamp.sec, msg.header.stamp.nanosec = int(t), int((t % 1) * 1e9)
+            pub.publish(msg)
+            sent += 1
+            time.sleep(0.008)
+        end = time.monotonic()
+        time.sleep(0.3)             # safety/state at 10 Hz: the last counts
+        outs = [(t, m) for t, m in rig.probe.since(start) if t <= end]
+        forwarded = [m for _, m in outs if not is_safe(m)]
+        off = max((abs(v - target[j]) for m in forwarded for j, v in enumerate(m.position)),
+                  default=None)
+        inputs = rig.state('inputs')['joint_states']
+        clips = _clips(rig)
+        return {'passed': inputs['out_of_order'] >= 0.9 * sent and off is not None
+                and off < 1e-6 and len(forwarded) == len(outs) > 100
+                and clips == clips0 and not rig.state('implausible_states')
+                and not rig.state('estop'),
+                'sent_stamped_back': sent, 'out_of_order_counted': inputs['out_of_order'],
+                'state_rejected': rig.state('state_rejected'),
+                'implausible_states': rig.state('implausible_states'),
+                'last_state_disorder': rig.state('last_state_disorder'),
+                'max_output_off_target_rad': off, 'outputs': len(outs),
+                'outputs_forwarded': len(forwarded), 'clips': clips,
+                'estop_cause': rig.state('estop_cause')}
     finally:
         rig.close()
 

@@ -289,6 +289,13 @@ class SafetySupervisor(Node):
             self, 'state_velocity_factor', 3.0, 'a measured velocity beyond this times '
             'velocity_limit, or a position jump further than that velocity moves a joint '
             'between two samples, is implausible', low=1.0, high=100.0, read_only=True)
+        p['state_disorder_trip_count'] = declare(
+            self, 'state_disorder_trip_count', 5, 'a joint_states (or imu) sample stamped '
+            'before the one in use, or beyond its timeout ahead, is never used (counted: '
+            'inputs.<input>.out_of_order, from_future); this many in a row, none used between, '
+            'are a sensor fault (e-stop) and the order starts again from the next fresh '
+            'sample. 5 = 10 ms at 500 Hz, inside joint_states_timeout_s, so the cause is named '
+            'before the watchdog trips', low=1, high=100000, read_only=True)
         p['implausible_trip_count'] = declare(
             self, 'implausible_trip_count', 5, 'this many implausible joint_states in a row are '
             'a sensor fault (e-stop); one glitch is only counted (5 samples = 10 ms at 500 Hz)',
@@ -764,13 +771,16 @@ class SafetySupervisor(Node):
         elif s['output'] != 'forwarding':
             st.level, st.message = DiagnosticStatus.WARN, f'safe mode: {s["safe_reason"]}'
         elif (s['rejected'][s['mode']] or s['clipped_outputs']
-              or s['commands'][s['mode']]['too_fast']):
+              or s['commands'][s['mode']]['too_fast'] or s['state_out_of_order']
+              or s['state_from_future']):
             c = s['commands'][s['mode']]
             st.level = DiagnosticStatus.WARN
             st.message = (f'forwarding {s["mode"]} at {_where(s)}; '
                           f'{s["clipped_outputs"]} clipped outputs, '
                           f'{s["rejected"][s["mode"]]} rejected commands, {c["too_fast"]} '
-                          f'beyond its declared {c["declared_rate_hz"]:g} Hz')
+                          f'beyond its declared {c["declared_rate_hz"]:g} Hz, '
+                          f'{s["state_out_of_order"] + s["state_from_future"]} measured '
+                          'samples out of order')
         else:
             st.level = DiagnosticStatus.OK
             st.message = f'forwarding {s["mode"]} at {_where(s)}'
@@ -781,7 +791,8 @@ class SafetySupervisor(Node):
                   'estop_cause': s['estop_cause'], 'output': s['output'],
                   'clipped_outputs': s['clipped_outputs'], 'last_reject': s['last_reject'],
                   'implausible_states': s['implausible_states'],
-                  'last_implausible': s['last_implausible'], 'late_ticks': s['late_ticks'],
+                  'last_implausible': s['last_implausible'],
+                  'last_state_disorder': s['last_state_disorder'], 'late_ticks': s['late_ticks'],
                   'slow_ticks': s['slow_ticks'],
                   'max_tick_gap_ms': s['max_tick_gap_ms'], 'clock_jumps': s['clock_jumps'],
                   'grace_holds': s['grace_holds'], 'sysid_owner': s['sysid_owner'],
@@ -808,6 +819,9 @@ class SafetySupervisor(Node):
         values['replaced_ticks'] = s['replaced_ticks']
         for name, info in s['inputs'].items():
             values[f'age_ms.{name}'] = info['arrival_age_ms']
+            for key in ('out_of_order', 'from_future', 'same_stamp'):
+                if key in info:    # measured samples not used for their stamps
+                    values[f'inputs.{name}.{key}'] = info[key]
         st.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
         out = DiagnosticArray(status=[st])
         out.header.stamp = self.get_clock().now().to_msg()
