@@ -284,6 +284,12 @@ def test_shadow_rejects_bad_input_naming_it(arm3):
     assert not sg.add_state(0.0, arm3['names'], [0.0, math.nan, 0.0], [0.0] * 3)
     assert not sg.add_state(0.0, arm3['names'][:2], [0.0, 0.0], [0.0, 0.0])   # a joint missing
     assert sg.rejected == 3 and not sg.states and not sg.commands
+    # A sample stamped before (or with) the newest one is not newer: the window stays in order
+    # (issue 42: a reordering driver); counted.
+    assert sg.add_state(1.0, arm3['names'], [0.0] * 3, [0.0] * 3)
+    assert not sg.add_state(0.97, arm3['names'], [0.1] * 3, [0.0] * 3)
+    assert not sg.add_state(1.0, arm3['names'], [0.1] * 3, [0.0] * 3)
+    assert sg.rejected == 5 and [s[0] for s in sg.states] == [1.0]
     with pytest.raises(ValueError, match='noise floor velocity'):
         sg.set_floor([1e-4] * 3, [1e-3, math.nan, 1e-3])
     with pytest.raises(ConfigError, match='sim_bridge.shadow.error_ratio'):

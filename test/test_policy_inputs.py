@@ -32,21 +32,29 @@ class Driver:
         self.age = 0.0          # stamp = now - age (negative: in the future)
         self.burst_every = 0    # every this many messages, a burst of `burst` more
         self.burst = 0
+        self.back_every = 0     # every this many messages, one stamped 30 ms before the last
+        self.back_sent = 0
+        self._last_ns = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _message(self):
-        msg = JointState(name=self.names, position=[0.0] * len(self.names),
+    def _message(self, back=False):
+        msg = JointState(name=self.names, position=[0.1 if back else 0.0] * len(self.names),
                          velocity=self.velocity)
-        ns = self.clock.now().nanoseconds - int(self.age * 1e9)
+        if back:
+            ns = self._last_ns - 30_000_000
+        else:
+            ns = self._last_ns = self.clock.now().nanoseconds - int(self.age * 1e9)
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns, 10**9)
         return msg
 
     def _run(self):
         k = 0
         while not self._stop.is_set():
-            self.pub.publish(self._message())
+            back = bool(self.back_every and k % self.back_every == self.back_every - 1)
+            self.pub.publish(self._message(back))
+            self.back_sent += back
             k += 1
             if self.burst_every and k % self.burst_every == 0:
                 for _ in range(self.burst):
@@ -156,3 +164,21 @@ def test_an_input_burst_gives_at_most_one_command_per_period(rig):
     # Never more commands than ticks (a report in flight: one second's worth of slack).
     assert sent <= ticks + RATE, f'{sent} commands in {ticks} ticks ({wall:.1f} s)'
     assert sent <= wall * RATE * 1.1 + 5, f'{sent} commands in {wall:.1f} s at {RATE} Hz'
+
+
+def test_an_observation_is_never_built_from_a_sample_older_than_the_last(rig):
+    # Every fifth joint_states stamped 30 ms before the one before it (a reordering network,
+    # a driver's second thread): never used, counted, so every command's stamp (the stamp of
+    # the observation it was computed from) is at least the one before it.
+    probe, driver, _ = rig
+    before = probe.number('joint_states_out_of_order') or 0
+    n0 = probe.count()
+    driver.back_every = 5
+    diag_advances(probe, 'joint_states_out_of_order', before + 200)
+    driver.back_every = 0
+    with probe.lock:
+        stamps = [c.header.stamp.sec + c.header.stamp.nanosec * 1e-9
+                  for c in probe.commands[n0:]]
+    assert len(stamps) > 100
+    back = [(a, b) for a, b in zip(stamps, stamps[1:]) if b < a]
+    assert not back, f'{len(back)} commands stamped before the one before them: {back[:3]}'

@@ -315,6 +315,132 @@ def test_a_command_stamped_beyond_the_timeout_in_the_future_is_never_used():
     assert n.tick().position[0] == pytest.approx(0.01)
 
 
+# -- measured state in order (issue 42) ----------------------------------------------------------
+def _js(n, q, stamp):
+    return n.sup.on_joint_state(NAMES, q, (0.0, 0.0, 0.0), stamp, n.t)
+
+
+def test_a_joint_state_stamped_before_the_one_in_use_is_never_used():
+    # A driver whose every fifth sample goes back 30 ms (a reordering network, two threads),
+    # carrying another position: never used, counted, named; the robot keeps its targets.
+    n = Node(**FAST)
+    start(n)
+    since = n.t
+    for k in range(1, 101):
+        n.t += PERIOD
+        if k % 5 == 0:
+            ok, why = _js(n, (0.1, 0.0, 0.0), n.t - 0.03)
+            assert not ok and 'before the one in use' in why
+        else:
+            assert _js(n, (0.0, 0.0, 0.0), n.t)[0]
+        assert n.sup.q[0] == 0.0          # never the older sample's 0.1 rad
+        n.command((0.0, 0.0, 0.0))
+        out = n.sup.tick_output(n.t)
+        if out is not None:
+            n.sent.append((n.t, out, 'tick'))
+    s = n.sup.status(n.t)
+    assert s['inputs']['joint_states']['out_of_order'] == 20 == s['state_out_of_order']
+    assert s['state_rejected'] == 20 and s['implausible_states'] == 0
+    assert 'joint_states stamped 28.0 ms before the one in use' in s['last_state_disorder']
+    outs = [o for t, o, _ in n.sent if t > since]
+    assert not n.sup.latched and n.forwarding() and len(outs) >= 100
+    assert all(not o.safe and o.position[0] == 0.0 for o in outs)   # the targets kept
+    assert n.sup.state_stamp == pytest.approx(n.t - PERIOD)   # the newest in-order sample
+
+
+def test_persistent_joint_state_disorder_is_a_sensor_fault_named():
+    n = Node(**FAST)
+    start(n)
+    for k in range(4):                   # 4 in a row (state_disorder_trip_count 5): counted
+        assert not _js(n, (0.0, 0.0, 0.0), n.t - 0.01 - k * PERIOD)[0]
+    assert not n.sup.latched
+    assert _js(n, (0.0, 0.0, 0.0), n.t)[0]    # one in order between: not in a row
+    for k in range(5):
+        assert not _js(n, (0.0, 0.0, 0.0), n.t - 0.01)[0]
+    assert n.sup.latched and 'sensor fault: 5 joint_states in a row out of order' in n.sup.cause
+    assert n.sup.status(n.t)['inputs']['joint_states']['out_of_order'] == 9
+
+
+def test_state_disorder_trip_count_is_a_parameter():
+    n = Node(state_disorder_trip_count=2, **FAST)
+    start(n)
+    assert not _js(n, (0.0, 0.0, 0.0), n.t - 0.01)[0] and not n.sup.latched
+    assert not _js(n, (0.0, 0.0, 0.0), n.t - 0.01)[0] and n.sup.latched
+    with pytest.raises(ValueError, match='state_disorder_trip_count'):
+        config(state_disorder_trip_count=0)
+
+
+def test_after_a_simulator_restart_the_order_starts_again_and_a_reset_recovers():
+    # /clock and the driver's stamps go back 5 s together (a restarted simulator): the
+    # supervisor e-stops (its clock went back); the new stamps are all before the one in use,
+    # and after state_disorder_trip_count of them the order starts from the next fresh one,
+    # so an operator's reset is possible at once (without it: refused for 5 s, joint_states
+    # stale).
+    n = Node(**FAST)
+    start(n)
+    n.t -= 5.0
+    n.sup.tick(n.t)
+    assert n.sup.latched and 'clock went back' in n.sup.cause
+    for _ in range(6):
+        n.t += PERIOD
+        _js(n, (0.0, 0.0, 0.0), n.t)
+    assert n.sup.state_stamp == pytest.approx(n.t)
+    n.command((0.0, 0.0, 0.0))
+    n.sup.tick(n.t)
+    ok, why = n.sup.reset(n.t)
+    assert ok, why
+
+
+def test_a_fresh_sample_is_needed_to_start_the_order_again():
+    n = Node(**FAST)
+    start(n)
+    for _ in range(5):
+        _js(n, (0.0, 0.0, 0.0), n.t - 0.01)
+    assert n.sup.latched
+    ok, why = _js(n, (0.0, 0.0, 0.0), n.t - 0.2)   # older than joint_states_timeout_s
+    assert not ok and 'after the disorder' in why and 'waiting for a fresh one' in why
+    assert _js(n, (0.0, 0.0, 0.0), n.t - 0.01)[0]
+
+
+def test_a_joint_state_from_the_future_is_never_used_nor_ordered_against():
+    n = Node(**FAST)
+    start(n)
+    ok, why = _js(n, (0.1, 0.0, 0.0), n.t + 1.0)
+    assert not ok and 'ahead of this clock' in why and n.sup.q[0] == 0.0
+    assert n.sup.status(n.t)['inputs']['joint_states']['from_future'] == 1
+    n.t += PERIOD
+    assert _js(n, (0.0, 0.0, 0.0), n.t)[0]      # the next honest sample is in order
+    assert _js(n, (0.0, 0.0, 0.0), n.t + 0.02)[0]   # ahead within the timeout: used
+
+
+def test_a_joint_state_with_the_stamp_in_use_is_checked_and_counted():
+    # A duplicate (or a coarse clock) is not older: used when plausible, counted; a different
+    # reading under the same stamp may differ by one period's motion only.
+    n = Node(**FAST)
+    start(n)
+    assert _js(n, (0.0, 0.0, 0.0), n.t)[0]
+    assert n.sup.status(n.t)['inputs']['joint_states']['same_stamp'] == 1
+    ok, why = _js(n, (0.05, 0.0, 0.0), n.t)       # 6 rad/s x 2 ms = 0.012 rad at most
+    assert not ok and 'jumped' in why
+
+
+def test_an_imu_sample_stamped_before_the_one_in_use_is_never_used():
+    n = Node(use_imu=True, max_tilt_rad=0.5, **FAST)
+    upright, tilted = (1.0, 0.0, 0.0, 0.0), (0.7071068, 0.7071068, 0.0, 0.0)
+    assert n.sup.on_imu(upright, n.t, n.t)[0]
+    n.t += PERIOD
+    ok, why = n.sup.on_imu(tilted, n.t - 0.03, n.t)
+    assert not ok and 'imu stamped' in why and n.sup.tilt == 0.0
+    assert n.sup.status(n.t)['inputs']['imu']['out_of_order'] == 1
+    # Each input is ordered against itself: an imu sample older than the joint state in use
+    # (another sensor, maybe another clock) is used when it is newer than the last imu one.
+    assert n.sup.on_joint_state(NAMES, (0.0,) * 3, (0.0,) * 3, n.t, n.t)[0]
+    assert n.sup.on_imu(upright, n.t - 0.001, n.t)[0]
+    for _ in range(5):
+        n.sup.on_imu(upright, n.t - 0.02, n.t)
+    assert n.sup.latched and 'sensor fault: 5 imu in a row' in n.sup.cause
+
+
 # -- start-up -------------------------------------------------------------------------------------
 def test_a_supervisor_started_before_its_policy_keeps_a_resumed_stage(tmp_path):
     record = str(tmp_path / 'stage.json')

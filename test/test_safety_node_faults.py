@@ -15,6 +15,7 @@ from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, Paramet
 from rcl_interfaces.srv import SetParameters
 import pytest
 import rclpy
+from rclpy.duration import Duration
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -42,6 +43,11 @@ class Driver:
         self.target = [0.03, 0.0, 0.0]     # 3 N*m: within stage 0.10's torque limit
         self.paused = False
         self.js_paused = False    # joint_states only (the policy goes on)
+        self.back = None          # (every, seconds, q): every n-th joint_states stamped back
+        self.sent_back = 0
+        self.loops = 0
+        self.last_stamp = None
+        self.states_seen = 0      # safety/state messages received
         self.outputs = []         # (monotonic, JointState)
         self.beats = []           # (monotonic, DiagnosticStatus)
         self.diags = []           # DiagnosticStatus of safety_supervisor
@@ -70,28 +76,40 @@ class Driver:
     def _on_state(self, msg):
         with self.lock:
             self.state = json.loads(msg.data)
+            self.states_seen += 1
 
     def _on_diag(self, msg):
         with self.lock:
             self.diags += [s for s in msg.status if s.name == 'safety_supervisor']
 
-    def joint_states(self, q, names=NAMES, velocity=None):
+    def joint_states(self, q, names=NAMES, velocity=None, back_s=None):
+        """Publish a sample stamped now, or `back_s` before the last one stamped now."""
         msg = JointState(name=list(names), position=[float(v) for v in q],
                          velocity=[0.0] * len(q) if velocity is None else list(velocity))
-        msg.header.stamp = self.node.get_clock().now().to_msg()
+        if back_s is None:
+            self.last_stamp = self.node.get_clock().now()
+            msg.header.stamp = self.last_stamp.to_msg()
+        else:
+            msg.header.stamp = (self.last_stamp - Duration(seconds=back_s)).to_msg()
         self.pub_js.publish(msg)
 
     def _loop(self):
         k = 0
         while not self._stop.is_set():
             if not self.paused:
-                if not self.js_paused:
+                back = self.back
+                if (back is not None and k % back[0] == back[0] - 1 and not self.js_paused
+                        and self.last_stamp is not None):
+                    self.joint_states(back[2], back_s=back[1])
+                    self.sent_back += 1
+                elif not self.js_paused:
                     self.joint_states(self.q)
                 if k % 2 == 0 and self.target is not None:
                     cmd = JointState(name=NAMES, position=list(self.target))
                     cmd.header.stamp = self.node.get_clock().now().to_msg()
                     self.pub_cmd.publish(cmd)
             k += 1
+            self.loops = k
             self._stop.wait(0.004)
 
     def get(self, key):
@@ -186,6 +204,56 @@ def test_glitched_and_duplicated_joint_states_never_reach_the_hardware(ros, tmp_
                 time.sleep(0.004)
             wait_for(lambda: drv.get('estop'), 10, what='the sensor-fault e-stop')
             assert 'sensor fault' in drv.get('estop_cause'), drv.state
+            assert sup.proc.poll() is None
+    finally:
+        drv.close()
+
+
+@pytest.mark.parametrize('poll_inputs', [True, False])
+def test_joint_states_stamped_back_are_never_used(ros, tmp_path, poll_inputs):
+    # A driver whose every fifth joint_states is stamped 30 ms before the one before it (a
+    # reordering network, a driver publishing from two threads), carrying a position 0.08 rad
+    # off: used, it would make the 0.03 rad target imply 8 N*m against stage 0.10's 4 N*m, and
+    # the output would be clipped. None is used: every output forwarded is the policy's
+    # target, each one is counted (state_rejected and out_of_order) and named.
+    drv = Driver()
+    try:
+        with supervisor(tmp_path, poll_inputs=poll_inputs) as sup:
+            forwarding(drv)
+            rejected0 = drv.get('state_rejected')
+            t0 = time.monotonic()
+            drv.back = (5, 0.03, [-0.05, 0.0, 0.0])
+            wait_for(lambda: drv.sent_back >= 100, 30, what='100 samples stamped back')
+            drv.back = None
+            k = drv.loops
+            wait_for(lambda: drv.loops > k + 1, 5, what='the driver loop past its last sample')
+            sent = drv.sent_back
+            # Counted as they are taken; best effort, a loaded machine may lose some of them.
+            seen = drv.states_seen
+            wait_for(lambda: drv.states_seen > seen + 2, 15, what='safety/state after them')
+            n_diags = len(drv.diags)
+            wait_for(lambda: len(drv.diags) > n_diags, 15, what='/diagnostics after them')
+            diag = drv.diags[-1]
+            assert diag.level == DiagnosticStatus.WARN, diag.message
+            # Outputs forwarded: each the policy's target (a safe spell of a loaded machine,
+            # a stale policy, is the safe output and not what is judged here).
+            forwarded = [list(m.position) for _, m in drv.since(t0) if len(m.position)]
+            with drv.lock:
+                state = dict(drv.state)
+            counted = state['inputs']['joint_states']['out_of_order']
+            assert 0 < counted <= sent and state['state_rejected'] - rejected0 == counted, {
+                k: state[k] for k in ('inputs', 'state_rejected', 'implausible_states',
+                                      'last_implausible', 'last_state_disorder')}
+            assert state['implausible_states'] == 0 and not state['estop'], state
+            assert 'before the one in use' in state['last_state_disorder']
+            assert not any(state['clips'].values()), state
+            off = [p for p in forwarded if p != pytest.approx(drv.target)]
+            assert len(forwarded) > 100 and not off, (len(off), off[:3], state)
+            values = {kv.key: kv.value for kv in diag.values}
+            assert int(values['inputs.joint_states.out_of_order']) >= counted
+            assert 'before the one in use' in values['last_state_disorder']
+            if diag.message.startswith('forwarding'):     # (not in a load's safe spell)
+                assert 'measured samples out of order' in diag.message
             assert sup.proc.poll() is None
     finally:
         drv.close()

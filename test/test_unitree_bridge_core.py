@@ -19,9 +19,10 @@ def config(**kw):
     return BridgeConfig(**base)
 
 
-def state(mode_machine=5, buttons=(), q=(0.1, 0.2, 0.3)):
+def state(mode_machine=5, buttons=(), q=(0.1, 0.2, 0.3), tick=0):
     rec = unitree.new('unitree_hg', 'LowState_')
     rec['mode_machine'] = mode_machine
+    rec['tick'] = tick
     rec['motor_state']['q'][[4, 5, 6]] = q
     rec['imu_state']['quaternion'] = (1.0, 0.0, 0.0, 0.0)
     rec['wireless_remote'] = unitree.remote_bytes(buttons)
@@ -302,3 +303,24 @@ def test_multicast_on_loopback_is_switched_on_explicitly():
     assert '<Peer address="127.0.0.1"/>' in on
     off = cyclone_config('lo', False, ['127.0.0.1'])
     assert 'multicast="false"' in off and '<AllowMulticast>false' in off
+
+
+def test_a_lowstate_behind_the_one_in_use_is_not_used():
+    # The bridge stamps joint_states as it publishes: an older LowState_ (a second writer, a
+    # reordering link) would reach the supervisor as a fresh sample. Its tick tells.
+    core = live(BridgeCore(config()))
+    core.take_state(state(q=(0.1, 0.2, 0.3), tick=1000), 1.001)
+    core.take_state(state(q=(0.9, 0.9, 0.9), tick=970), 1.002)      # 30 ms behind
+    assert core.joint_state()[0] == pytest.approx([0.1, 0.2, 0.3])
+    assert core.counters['lowstate_out_of_order'] == 1
+    core.take_state(state(q=(0.1, 0.2, 0.3), tick=1000), 1.003)     # the same tick: used
+    core.take_state(state(q=(0.2, 0.2, 0.3), tick=5), 1.024)         # 995 ms behind
+    assert core.counters['lowstate_out_of_order'] == 2
+    wrapped = BridgeCore(config())
+    wrapped.take_state(state(tick=2**32 - 2), 1.0)
+    wrapped.take_state(state(q=(0.3, 0.2, 0.3), tick=3), 1.001)     # the counter wrapped
+    assert wrapped.joint_state()[0][0] == pytest.approx(0.3)
+    # A restarted counter: once the one in use is past state_timeout_s (damping), the new
+    # order starts.
+    core.take_state(state(q=(0.4, 0.2, 0.3), tick=1), 1.003 + 0.06)
+    assert core.joint_state()[0][0] == pytest.approx(0.4)

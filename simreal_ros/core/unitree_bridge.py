@@ -27,6 +27,12 @@ What it accepts from the wire depends on who is on the other side (`peer`):
   CRCs is checked). `mode_machine` 0 and a `tick` that does not advance are counted
   (`lowstate_mode_machine_unset`, `lowstate_tick_unset`). Never set it for a robot: a robot
   whose CRC failed would be obeyed.
+A `LowState_` whose `tick` (the robot's 1 ms counter) is behind the one in use is older
+information (a second writer, a reordering link): never used, counted
+(`lowstate_out_of_order`). The bridge stamps `joint_states` when it publishes, so the
+supervisor's order rule could not see it. Once the one in use is older than `state_timeout_s`
+(the bridge damps then), an earlier tick starts the order again (a robot or simulator that
+restarted its counter).
 
 Motors the policy does not drive (a 12-dof leg policy on a 29-motor G1: waist and arms) are
 held at configured positions and gains, and damped with the rest.
@@ -219,7 +225,7 @@ class BridgeCore:
         self.counters = dict(commands=0, commands_rejected=0, lowstate=0, lowstate_bad_crc=0,
                              lowcmd_sent=0, damping_sent=0, remote_estops=0, remote_resets=0,
                              lowstate_crc_unset=0, lowstate_mode_machine_unset=0,
-                             lowstate_tick_unset=0)
+                             lowstate_tick_unset=0, lowstate_out_of_order=0)
         self._tick = None
 
     # -- inputs ---------------------------------------------------------------------------
@@ -248,13 +254,17 @@ class BridgeCore:
                 self.counters['lowstate_bad_crc'] += 1
                 return None
             self.counters['lowstate_crc_unset'] += 1
+        tick = int(record['tick'])
+        if (self._tick is not None and 0 < (self._tick - tick) % 2**32 < 2**31
+                and now - self.state_time <= self.cfg.state_timeout):
+            self.counters['lowstate_out_of_order'] += 1     # behind the one in use
+            return None
         if self.cfg.peer == 'simulator':
             if self.cfg.interface == 'unitree_hg' and int(record['mode_machine']) == 0:
                 self.counters['lowstate_mode_machine_unset'] += 1
-            tick = int(record['tick'])
             if tick == self._tick:
                 self.counters['lowstate_tick_unset'] += 1
-            self._tick = tick
+        self._tick = tick
         self.state, self.state_time = record, now
         self.counters['lowstate'] += 1
         pressed = frozenset(unitree.buttons_pressed(record['wireless_remote']))

@@ -84,6 +84,8 @@ class PolicyRunner(Node):
         self._joint_seq = 0  # joint_states messages received
         self._awaiting = None  # (tick start, _joint_seq then): the tick awaits joint_states
         self._imu = None
+        # Samples stamped before the one in use, never used (_older_than_in_use).
+        self.counters.update(joint_states_out_of_order=0, imu_out_of_order=0)
         self._cmd = None     # ((vx, vy, wz) clipped, arrival monotonic s)
         self._cmd_timed_out = False
         self._last_stamp = None   # lockstep: the observation stamp last computed
@@ -265,7 +267,8 @@ class PolicyRunner(Node):
                 self.counters['inputs_undecodable'] += 1
                 self._warn('undecodable', 'joint_states: a malformed sample was dropped')
                 return
-        self._on_joint_states(msg)
+        if not self._older_than_in_use(msg, self._joint, 'joint_states'):
+            self._on_joint_states(msg)
 
     def _on_joint_states(self, msg):
         arrival = time.perf_counter()
@@ -335,11 +338,34 @@ class PolicyRunner(Node):
         """With poll_imu: make the newest imu waiting this node's imu (lock held)."""
         if self._imu_poll is not None:
             msg, taken = self._imu_poll.take_newest()
-            if msg is not None:
+            if msg is not None and not self._older_than_in_use(msg, self._imu, 'imu'):
                 self._imu = (msg, time.perf_counter())
                 self.counters['imu_taken'] += taken
 
+    def _older_than_in_use(self, msg, entry, topic):
+        """Return True (counted, named, not used) for a sample stamped before the one in use
+        (`entry`) while that one is still usable: an observation is never built from a sample
+        older than the last one (a reordering network, a driver's second thread), and the
+        command stamped with it would be out of order at the supervisor. When the one in use
+        is too old to use, or stamped ahead of this clock (a restarted simulator or driver
+        whose clock went back), the older sample starts the order again."""
+        if entry is None:
+            return False
+        stamp, used = stamp_to_sec(msg.header.stamp), stamp_to_sec(entry[0].header.stamp)
+        if stamp >= used:
+            return False
+        age = self._now() - used
+        if age > self.late_max_age or -age > self.future_tol:
+            return False
+        self.counters[f'{topic}_out_of_order'] += 1
+        self.last_problem = (f'{topic} stamped {(used - stamp) * 1e3:.1f} ms before the one '
+                             'in use (out of order): not used')
+        self._warn('out_of_order', self.last_problem)
+        return True
+
     def _on_imu(self, msg):
+        if self._older_than_in_use(msg, self._imu, 'imu'):
+            return
         self._imu = (msg, time.perf_counter())
         if self.lockstep:
             self._lockstep_try()

@@ -29,12 +29,10 @@ import time
 
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import String
@@ -42,21 +40,23 @@ from std_msgs.msg import String
 from simreal_ros.core import unitree
 from simreal_ros.core.cdr import ImuEncoder, JointStateDecoder, JointStateEncoder, split_stamp
 from simreal_ros.core.config import ConfigError, resolve_path, setting_dir
-from simreal_ros.core.plant import JointCommand, PlantTruth, SimPlant
+from simreal_ros.core.plant import PlantTruth, SimPlant
 from simreal_ros.core.publishers import PublisherRule
-from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS,
-                                      OWN_TICK_LOOP_DOC, SENSOR_PUB_QOS, HotLoop,
-                                      PublisherWatch, declare, declare_names, declare_priority,
-                                      declare_rogue_parameters, deserialize_or_none,
+from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_PUB_QOS, HotLoop,
+                                      PublisherWatch, declare_priority, deserialize_or_none,
                                       diag_name, run)
+from simreal_ros.nodes.sim_robot_lockstep import Lockstep
+from simreal_ros.nodes.sim_robot_params import PLANT_ARRAYS, PLANT_SCALARS, Parameters
+from simreal_ros.nodes.sim_robot_unitree import UnitreeInterface
 
 MAX_CATCH_UP = 25  # periods a late tick may simulate at once before it resynchronises
-PLANT_ARRAYS = ('coulomb_friction', 'viscous_damping', 'armature', 'torque_limit')
-PLANT_SCALARS = ('latency_s', 'noise_position', 'noise_velocity', 'noise_effort')
 
 
-class SimRobot(Node):
-    """Step a SimPlant in real time (or faster) and expose it as a robot driver."""
+class SimRobot(Parameters, Lockstep, UnitreeInterface, Node):
+    """Step a SimPlant in real time (or faster) and expose it as a robot driver.
+
+    The parameters, the lockstep mode and the Unitree interface are in sim_robot_params,
+    _lockstep and _unitree; the commands, the plant stepping and the gantry are here."""
 
     NODE_NAME = 'sim_robot'
 
@@ -192,146 +192,6 @@ class SimRobot(Node):
             f'{"real time" if self.rtf == 1.0 else f"real_time_factor {self.rtf:g}"}, '
             f'{"hidden plant truth applied" if truth else "nominal model (no hidden plant)"}, '
             f'command_mode {self.plant.command_mode}')
-
-    def _change_plant(self, text):
-        """Apply test.plant_change (JSON); return (ok, message naming what was wrong)."""
-        if not self.plant_change_enabled:
-            return False, ('test.plant_change refused: test.plant_change_enabled is false (set '
-                           'it in the parameter file of a rehearsal; never on a real robot)')
-        try:
-            factors = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
-            return False, f'test.plant_change is not JSON: {exc}'
-        try:
-            with self._lock:
-                values = self.plant.change_truth(factors)
-        except ValueError as exc:
-            return False, f'test.plant_change: {exc}'
-        self.plant_changes += 1
-        self.get_logger().warning(f'true plant changed (rehearsal): {factors or "restored"} '
-                                  f'-> {values}')
-        return True, ''
-
-    def _on_set_parameters(self, params):
-        from rcl_interfaces.msg import SetParametersResult
-        for param in params:
-            if param.name == 'test.plant_change':
-                ok, why = self._change_plant(param.value)
-                if not ok:
-                    return SetParametersResult(successful=False, reason=why)
-        return SetParametersResult(successful=True)
-
-    def _declare_parameters(self):
-        p = {}
-        p['model_path'] = declare(self, 'model_path', '', 'MJCF file: absolute, '
-                                  'package://simreal_ros/..., or relative to the robot file '
-                                  'that sets it, then the current directory, then the source '
-                                  'checkout', read_only=True)
-        p['joint_names'] = self._declare_array('joint_names', Parameter.Type.STRING_ARRAY,
-                                               'actuated joints exposed, by MJCF name')
-        p['physics_dt'] = declare(self, 'physics_dt', 0.001, 'physics step (s)', low=1e-5,
-                                  high=0.02, read_only=True)
-        p['publish_rate_hz'] = declare(self, 'publish_rate_hz', 500.0, 'joint_states rate (Hz)',
-                                       low=1.0, high=5000.0, read_only=True)
-        p['command_mode'] = declare(self, 'command_mode', 'position', "'position': PD at the "
-                                    "physics rate, as motor drivers do; 'effort': torque only",
-                                    read_only=True)
-        p['kp'] = self._declare_array('kp', Parameter.Type.DOUBLE_ARRAY,
-                                      'position gain per joint (N*m/rad)')
-        p['kd'] = self._declare_array('kd', Parameter.Type.DOUBLE_ARRAY,
-                                      'velocity gain per joint (N*m*s/rad)')
-        p['command_publishers'] = declare_names(
-            self, 'command_publishers', 'nodes whose hardware/command this driver obeys (names '
-            'relative to its namespace, or /ns/name): on a robot, the supervisor; `simreal up` '
-            'and the launch file set it to safety_supervisor when they start one. Empty (the '
-            'default, for benches that command it directly): any one node, and a second one '
-            'makes both rogues')
-        p['rogue_publisher_action'], p['publisher_check_period_s'] = declare_rogue_parameters(
-            self, 'hardware/command', 'every joint damped and every command refused while a '
-            'rogue publishes')
-        p['command_timeout_s'] = declare(self, 'command_timeout_s', 0.1, 'a joint without a new '
-                                         'command for this long gets damping (s)', low=0.001,
-                                         high=10.0, read_only=True)
-        p['real_time_factor'] = declare(self, 'real_time_factor', 1.0, 'simulated s per wall s; '
-                                        '0 = as fast as possible', low=0.0, high=100.0,
-                                        read_only=True)
-        p['publish_clock'] = declare(self, 'publish_clock', False, 'own /clock and stamp in '
-                                     'simulated time', read_only=True)
-        p['initial_position'] = self._declare_array('initial_position',
-                                                    Parameter.Type.DOUBLE_ARRAY,
-                                                    'initial joint positions (rad); empty = model')
-        p['seed'] = declare(self, 'seed', 0, 'sensor noise seed', low=0, read_only=True)
-        p['hold_until_command'] = declare(self, 'hold_until_command', False, 'do not advance '
-                                          'the physics until the first valid command with '
-                                          'position targets (any command in effort mode): a '
-                                          'robot in its gantry, which a safe-mode damping '
-                                          'command does not lower; state is still published',
-                                          read_only=True)
-        p['plant_enabled'] = declare(self, 'plant_enabled', True, 'apply the hidden plant truth',
-                                     read_only=True)
-        for key in PLANT_ARRAYS:
-            p['plant.' + key] = self._declare_array('plant.' + key, Parameter.Type.DOUBLE_ARRAY,
-                                                    f'hidden true {key} per joint')
-        for key in PLANT_SCALARS:
-            p['plant.' + key] = declare(self, 'plant.' + key, 0.0, f'hidden true {key}', low=0.0,
-                                        read_only=True)
-        p['executor'] = declare(self, 'executor', 'events', EXECUTOR_DOC, read_only=True)
-        p['own_tick_loop'] = declare(self, 'own_tick_loop', True, OWN_TICK_LOOP_DOC,
-                                     read_only=True)
-        p['test.plant_change_enabled'] = declare(
-            self, 'test.plant_change_enabled', False, 'rehearsal only: allow '
-            'test.plant_change at run time (a simulated robot only; no hardware driver has it)',
-            read_only=True)
-        p['test.plant_change'] = declare(
-            self, 'test.plant_change', '', 'rehearsal only (needs test.plant_change_enabled): '
-            'JSON {joint: {coulomb_friction|viscous_damping|armature: factor}} scaling the '
-            "true plant now, as a motor heats; '{}' or '' restores it")
-        p['base_pose_rate_hz'] = declare(self, 'base_pose_rate_hz', 50.0, 'rate of the '
-                                         'ground-truth sim/base_pose (floating base), for '
-                                         "benches' distance and fall checks: a third of the "
-                                         "node's publishing at the joint_states rate, not needed "
-                                         'at it (Hz)', low=0.1, high=5000.0, read_only=True)
-        p.update(self._lockstep_declare())
-        p['gantry'] = declare(self, 'gantry', False, 'floating base: start hanging in a gantry '
-                              '(the base held where it is, the legs free) until sim/gantry '
-                              '(std_msgs/Bool) false lowers it; true hangs it again',
-                              read_only=True)
-        p['gantry_lift'] = declare(self, 'gantry_lift', -1.0, 'floating base: >= 0 bolts the '
-                                   'base this many m above its initial pose (a robot hanging in '
-                                   'a rigid gantry for SysID: its legs clear of the floor and '
-                                   'loaded by gravity, its IMU at rest; sim/gantry cannot lower '
-                                   'it); < 0: off (m)', low=-1.0, high=5.0, read_only=True)
-        p['interface'] = declare(self, 'interface', 'ros', "'ros': hardware/command in, "
-                                 "joint_states/imu out; 'unitree_hg' (G1, H1_2) or 'unitree_go' "
-                                 '(Go2, H1): rt/lowcmd in, rt/lowstate out over CycloneDDS, as '
-                                 'the robot', read_only=True)
-        p['motor_indices'] = self._declare_array('motor_indices', Parameter.Type.INTEGER_ARRAY,
-                                                 'Unitree interface: motor index of each of '
-                                                 'joint_names in LowCmd_/LowState_ (empty = '
-                                                 '0, 1, ...)')
-        p['unitree.domain_id'] = declare(self, 'unitree.domain_id', 0, 'Unitree interface: DDS '
-                                         'domain of rt/lowcmd and rt/lowstate', low=0, high=232,
-                                         read_only=True)
-        p['unitree.network_interface'] = declare(self, 'unitree.network_interface', 'lo',
-                                                 'Unitree interface: network interface '
-                                                 "(default lo: a simulator must not publish "
-                                                 "the robot's topics on its network)",
-                                                 read_only=True)
-        p['unitree.mode_machine'] = declare(self, 'unitree.mode_machine', 7, 'Unitree '
-                                            'interface: the mode_machine this robot reports; '
-                                            'commands carrying another are dropped (7 is '
-                                            'arbitrary: a host that does not copy it from '
-                                            'LowState_ is caught)', low=0, high=255,
-                                            read_only=True)
-        if not p['joint_names']:
-            raise ConfigError('parameter joint_names is empty: list the actuated joints to expose')
-        return p
-
-    def _declare_array(self, name, ptype, description):
-        from rcl_interfaces.msg import ParameterDescriptor
-        value = self.declare_parameter(
-            name, ptype, ParameterDescriptor(description=description, read_only=True)).value
-        return list(value) if value is not None else []
 
     # -- commands -------------------------------------------------------------------------
     def _on_heartbeat(self, msg):
@@ -614,79 +474,6 @@ class SimRobot(Node):
         out.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(out)
 
-    # -- lockstep mode (issue 6: policy_runner parity) -----------------------------------
-    # Simulated time advances one control period at a time: sim_robot publishes /clock,
-    # joint_states and imu stamped t, then waits for the command computed from them (header
-    # stamp >= t), applies it at t and steps one period. Without a command for
-    # lockstep_timeout_s (wall time; 0 = wait for ever) it steps anyway and counts it. So a ROS
-    # deployment can be compared step by step with a reference loop.
-    def _lockstep_declare(self):
-        p = {}
-        p['lockstep'] = declare(self, 'lockstep', False, 'advance one lockstep_period_s at a '
-                                'time, waiting for the command stamped with the current time',
-                                read_only=True)
-        p['lockstep_period_s'] = declare(self, 'lockstep_period_s', 0.02, 'control period in '
-                                         'lockstep mode (a multiple of physics_dt) (s)',
-                                         low=1e-5, high=1.0, read_only=True)
-        p['lockstep_timeout_s'] = declare(self, 'lockstep_timeout_s', 0.0, 'wall time to wait '
-                                          'for the command of a tick before stepping anyway '
-                                          '(s); 0 = wait for ever', low=0.0, high=3600.0,
-                                          read_only=True)
-        return p
-
-    def _lockstep_init(self, p):
-        self.lockstep = p['lockstep']
-        if not self.lockstep:
-            return
-        self.publish_clock = True
-        self.lockstep_steps = int(round(p['lockstep_period_s'] / self.physics_dt))
-        if self.lockstep_steps < 1 or abs(self.lockstep_steps * self.physics_dt
-                                          - p['lockstep_period_s']) > 1e-9:
-            raise ConfigError(f'lockstep_period_s {p["lockstep_period_s"]} must be a whole '
-                              f'multiple of physics_dt {self.physics_dt}')
-        self.lockstep_timeout = p['lockstep_timeout_s']
-        self._lockstep_reading = None
-        self._lockstep_since = None
-
-    def _lockstep_start(self, group):
-        from rclpy.clock import Clock, ClockType
-        self.counters.update(lockstep_steps=0, lockstep_timeouts=0)
-        with self._lock:
-            self._lockstep_publish()
-        # Republishes the current state while waiting (late subscribers), handles timeouts.
-        self.create_timer(0.05, self._lockstep_poll, callback_group=group,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))
-
-    def _lockstep_stamp_ns(self):
-        return rclpy.time.Time(seconds=self.plant.time).nanoseconds
-
-    def _lockstep_publish(self):
-        self._lockstep_reading = self.plant.measure()
-        self._lockstep_since = time.monotonic()
-        self._publish(self._lockstep_reading)
-
-    def _lockstep_command(self, cmd, stamp_ns):
-        with self._lock:
-            self.plant.submit(cmd, self.plant.time)
-            if stamp_ns >= self._lockstep_stamp_ns():
-                self._lockstep_advance()
-
-    def _lockstep_advance(self):
-        self.plant.step(self.lockstep_steps)
-        self._sim_last = self.plant.time
-        self.counters['ticks'] += 1
-        self.counters['lockstep_steps'] += 1
-        self._lockstep_publish()
-
-    def _lockstep_poll(self):
-        with self._lock:
-            waited = time.monotonic() - self._lockstep_since
-            if self.lockstep_timeout > 0 and waited > self.lockstep_timeout:
-                self.counters['lockstep_timeouts'] += 1
-                self._lockstep_advance()
-            elif waited > 0.05:
-                self._publish(self._lockstep_reading)
-
     def _publish_base_pose(self, reading, stamp):
         """Publish the simulator's ground-truth base pose (floating base; benches use it)."""
         if getattr(self, '_pub_base_pose', None) is None:
@@ -704,99 +491,11 @@ class SimRobot(Node):
         o.w, o.x, o.y, o.z = w, qx, qy, qz
         self._pub_base_pose.publish(pose)
 
-    # -- Unitree low-level interface (issue 14) -------------------------------------------
-    def _unitree_init(self, p, group):
-        from simreal_ros.drivers import unitree_dds
-        n = self.plant.n
-        idx = list(p['motor_indices']) or list(range(n))
-        motors = unitree.HG_MOTORS if self.interface == 'unitree_hg' else unitree.GO_MOTORS
-        if len(idx) != n or len(set(idx)) != n or not all(0 <= i < motors for i in idx):
-            raise ConfigError(f'sim_robot parameter motor_indices: {idx} must give {n} distinct '
-                              f'motor indices in 0..{motors - 1}, one per joint_names entry')
-        self.motor_index = np.asarray(idx, dtype=np.intp)
-        self.mode_machine = int(p['unitree.mode_machine'])
-        self.counters.update(lowcmd_received=0, bad_crc_rejected=0, wrong_mode_machine=0,
-                             lowcmd_nonfinite=0, lowstate_sent=0)
-        self.wire = unitree_dds.Wire(p['unitree.domain_id'], p['unitree.network_interface'])
-        self.lowcmd_reader = self.wire.reader(self.interface, 'LowCmd_', unitree_dds.TOPIC_CMD,
-                                              depth=16)
-        self.lowstate_writer = self.wire.writer(self.interface, 'LowState_',
-                                                unitree_dds.TOPIC_STATE)
-        self._lowstate = unitree.new(self.interface, 'LowState_')
-        self._lowstate['mode_machine'] = self.mode_machine
-        self._lowstate['motor_state']['mode'][self.motor_index] = 1
-        self._remote = unitree.remote_bytes()
-        self.create_subscription(String, 'sim/remote_buttons', self._on_remote, 10,
-                                 callback_group=group)
-
+    # -- gantry -----------------------------------------------------------------------------
     def _on_gantry(self, msg):
         with self._lock:
             self.plant.hang(bool(msg.data))
         self.get_logger().info('gantry: ' + ('hanging' if msg.data else 'lowered'))
-
-    def _on_remote(self, msg):
-        names = [b.strip() for b in msg.data.split(',') if b.strip()]
-        try:
-            self._remote = unitree.remote_bytes(names)
-        except ValueError as exc:
-            self.get_logger().warn(f'sim/remote_buttons: {exc}')
-
-    def _unitree_take_commands(self):
-        """Apply the LowCmd_ samples received since the last tick, as the robot would."""
-        for rec in self.lowcmd_reader.take():
-            self.counters['lowcmd_received'] += 1
-            if not unitree.crc_ok(rec):
-                self.counters['bad_crc_rejected'] += 1
-                continue
-            if int(rec['mode_machine']) != self.mode_machine:
-                self.counters['wrong_mode_machine'] += 1
-                continue
-            mc = rec['motor_cmd'][self.motor_index]
-            q, dq, tau = (mc[k].astype(float) for k in ('q', 'dq', 'tau'))
-            kp, kd = mc['kp'].astype(float), mc['kd'].astype(float)
-            if self.interface == 'unitree_go':   # the vendor's "no position/velocity" markers
-                kp[q >= unitree.GO_POS_STOP * 0.999] = 0.0
-                stop = dq >= unitree.GO_VEL_STOP * 0.999
-                kd[stop], dq[stop] = 0.0, 0.0
-                q[q >= unitree.GO_POS_STOP * 0.999] = 0.0
-            off = mc['mode'] == 0
-            kp[off] = kd[off] = tau[off] = 0.0
-            if not all(np.all(np.isfinite(a)) for a in (q, dq, tau, kp, kd)):
-                self.counters['lowcmd_nonfinite'] += 1
-                continue
-            cmd = JointCommand(np.arange(self.plant.n), position=q, velocity=dq, effort=tau,
-                               kp=kp, kd=kd)
-            with self._lock:
-                self.plant.submit(cmd, self._arrival_time())
-                self._commanded |= bool(np.any(kp > 0))
-
-    def _unitree_publish(self, reading):
-        st = self._lowstate
-        st['tick'] = int(round(reading.time * 1000)) & 0xFFFFFFFF
-        ms = st['motor_state']
-        ms['q'][self.motor_index] = reading.position
-        ms['dq'][self.motor_index] = reading.velocity
-        ms['tau_est'][self.motor_index] = reading.effort
-        if reading.orientation is not None:
-            imu = st['imu_state']
-            imu['quaternion'] = reading.orientation            # w, x, y, z, as the robot
-            imu['gyroscope'] = reading.angular_velocity
-            imu['accelerometer'] = reading.linear_acceleration
-            w, x, y, z = reading.orientation
-            imu['rpy'] = (np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y)),
-                          np.arcsin(np.clip(2 * (w * y - z * x), -1.0, 1.0)),
-                          np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
-            self._pose_count += 1
-            if self._pose_count >= self._pose_every:
-                self._pose_count = 0
-                self._publish_base_pose(reading, self.get_clock().now().to_msg())
-        st['wireless_remote'] = self._remote
-        unitree.stamp_crc(st)
-        self.lowstate_writer.write(st)
-        self.counters['lowstate_sent'] += 1
-        if self.publish_clock:
-            stamp = rclpy.time.Time(seconds=reading.time + self._clock_shift).to_msg()
-            self.pub_clock.publish(ClockMsg(clock=stamp))
 
     def destroy_node(self):
         self._running = False

@@ -58,6 +58,7 @@ class SupervisorConfig:
     state_position_margin: float = 0.3
     state_velocity_factor: float = 3.0
     implausible_trip_count: int = 5
+    state_disorder_trip_count: int = 5
     late_tick_periods: float = 5.0
     stale_hold_s: float = 0.0
     sysid_release_s: float = 1.0
@@ -111,6 +112,7 @@ class SupervisorConfig:
         for key, low, cast in (('state_position_margin', 0.0, float),
                                ('state_velocity_factor', 1.0, float),
                                ('implausible_trip_count', 1, int),
+                               ('state_disorder_trip_count', 1, int),
                                ('late_tick_periods', 1.0, float),
                                ('stale_hold_s', 0.0, float),
                                ('sysid_release_s', 0.0, float),

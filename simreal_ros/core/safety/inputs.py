@@ -5,8 +5,10 @@ gap. A measured sample with a duplicated name, a missing joint, a non-finite val
 outside the soft range by more than `state_position_margin`, a velocity beyond
 `state_velocity_factor` times its limit, or a jump larger than that velocity allows is
 implausible: counted, never used; `implausible_trip_count` in a row is a sensor fault. A
-command must name every joint, be finite, in order and not from the future (docs/real_robot.md,
-"What the supervisor takes as input").
+measured sample (joint_states, imu) stamped before the one in use, or beyond its timeout ahead
+of this clock, is never used either (`_stamp_order`); `state_disorder_trip_count` in a row is a
+sensor fault. A command must name every joint, be finite, in order and not from the future
+(docs/real_robot.md, "What the supervisor takes as input").
 """
 import math
 
@@ -28,7 +30,12 @@ class Inputs:
 
     # -- inputs -------------------------------------------------------------------------------
     def on_joint_state(self, names, position, velocity, stamp, now):
-        """Take a joint state; return (ok, reason). An implausible one is never used."""
+        """Take a joint state; return (ok, reason). An implausible one is never used, nor one
+        stamped before the one in use or beyond the timeout ahead (_stamp_order)."""
+        reason = self._stamp_order('joint_states', stamp, now)
+        if reason is not None:
+            self.state_rejected += 1
+            return False, reason
         reason, implausible = self._check_state(names, position, velocity, stamp, now)
         if reason is not None:
             self.state_rejected += 1
@@ -42,6 +49,7 @@ class Inputs:
                                f'joint_states in a row (last: {reason})', now)
             return False, reason
         self.implausible_in_row = 0
+        self._in_order('joint_states', stamp)
         self.q, self.dq = self._q, self._dq
         self.state_stamp = float(stamp)
         self.dogs['joint_states'].feed(stamp, now)
@@ -93,8 +101,11 @@ class Inputs:
                     f'{dq[fast].round(2).tolist()} rad/s is beyond state_velocity_factor x '
                     f'velocity_limit'), True
         dog = self.dogs['joint_states']
-        if self.q is not None:
-            dt = max(abs(float(stamp) - self.state_stamp) if self.cfg.check_stamps
+        restart = 'joint_states' in self._order_restart
+        if self.q is not None and not restart:
+            # Never negative: a sample stamped before the one in use was refused before this
+            # (_stamp_order); time going back is not time elapsed.
+            dt = max(float(stamp) - self.state_stamp if self.cfg.check_stamps
                      else float(now) - dog.arrival, 0.0)
             # As far as the fastest plausible velocity moves a joint in the time between the
             # samples, plus one period of it (a sample is taken at some instant of its period).
@@ -104,10 +115,12 @@ class Inputs:
                 return (f'joint_states position of {self._names(jump)} jumped '
                         f'{np.abs(q - self.q)[jump].round(3).tolist()} rad in '
                         f'{dt * 1e3:.1f} ms, further than the joint can move'), True
-        if self.q is None and dog.check_stamp and abs(now - stamp) > dog.timeout:
+        if (self.q is None or restart) and dog.check_stamp and abs(now - stamp) > dog.timeout:
             # Supervision starts with a fresh reading; an old one delivered at start-up (DDS
-            # matching, a slow first tick) is not a stream that stopped.
-            return (f'joint_states at start-up is {(now - stamp) * 1e3:.0f} ms old (timeout '
+            # matching, a slow first tick) is not a stream that stopped. So does a new order
+            # after persistent disorder (a driver restarted with its clock behind).
+            when = 'after the disorder' if restart else 'at start-up'
+            return (f'joint_states {when} is {(now - stamp) * 1e3:.0f} ms old (timeout '
                     f'{dog.timeout * 1e3:.0f} ms); waiting for a fresh one'), False
         self._q, self._dq = q, dq
         return None, False
@@ -125,12 +138,75 @@ class Inputs:
             self.state_rejected += 1
             return False, f'imu orientation is not a unit quaternion: {list(o)}'
         dog = self.dogs['imu']
-        if not dog.ever and dog.check_stamp and abs(now - stamp) > dog.timeout:
+        reason = self._stamp_order('imu', stamp, now)
+        if reason is not None:
+            self.state_rejected += 1
+            return False, reason
+        if ((not dog.ever or 'imu' in self._order_restart) and dog.check_stamp
+                and abs(now - stamp) > dog.timeout):
             self.state_rejected += 1
             return False, f'imu at start-up is {(now - stamp) * 1e3:.0f} ms old; waiting'
+        self._in_order('imu', stamp)
         self.tilt = tilt_of(o)
         dog.feed(stamp, now)
         return True, ''
+
+    def _stamp_order(self, kind, stamp, now):
+        """Return why a measured sample of `kind` (joint_states, imu) is not in order, or None.
+
+        A sample stamped before the one in use is older information (a reordering network,
+        a driver publishing from two threads): never used, counted (`out_of_order`), the
+        newer one stays and its watchdog runs. One stamped beyond the input's timeout ahead
+        of this clock is never used either (`from_future`): it would otherwise be the stamp
+        later samples are ordered against. A sample stamped as the one in use (a duplicate,
+        or a coarse clock) is not older: it meets the other checks (the jump check then
+        allows one period's motion) and is counted (`same_stamp`). Each input is ordered
+        against itself only (joint_states and imu may come from two clocks; each watchdog
+        judges its own against this one). Without check_stamps nothing here applies.
+
+        `state_disorder_trip_count` such samples in a row (none used between) are persistent
+        disorder: a sensor fault e-stop naming it, and the order starts again from the next
+        fresh sample (a driver restarted with its clock behind): the e-stop latches, so the
+        robot is supervised again only through safety/reset and its checks.
+        """
+        o = self.stamp_order[kind]
+        ref = o['ref']
+        if ref is None or not self.cfg.check_stamps:
+            return None     # the first sample (or the first of a new order) must be fresh
+        stamp = float(stamp)
+        ahead = stamp - now
+        dog = self.dogs[kind]
+        if ahead > dog.timeout:
+            o['from_future'] += 1
+            why = (f'{kind} stamped {ahead * 1e3:.0f} ms ahead of this clock (timeout '
+                   f'{dog.timeout * 1e3:.0f} ms): not used; synchronise the clocks')
+        elif stamp < ref:
+            o['out_of_order'] += 1
+            why = (f'{kind} stamped {(ref - stamp) * 1e3:.1f} ms before the one in use (out of '
+                   'order): not used')
+        else:
+            if stamp == ref:
+                o['same_stamp'] += 1
+            return None
+        o['in_row'] += 1
+        self.last_state_disorder = why
+        count = self.cfg.state_disorder_trip_count
+        if o['in_row'] >= count:
+            if not self.latched:
+                self._trip(f'sensor fault: {o["in_row"]} {kind} in a row out of order or from '
+                           f'the future (state_disorder_trip_count {count}; last: {why})', now)
+            # The order starts again from the next fresh sample (see above); latched.
+            o['ref'] = None
+            o['in_row'] = 0
+            self._order_restart.add(kind)
+        return why
+
+    def _in_order(self, kind, stamp):
+        """Note that a sample of `kind` stamped `stamp` is now the one in use."""
+        o = self.stamp_order[kind]
+        o['ref'] = float(stamp)
+        o['in_row'] = 0
+        self._order_restart.discard(kind)
 
     def on_command(self, source, names, position, velocity, effort, stamp, now, sender=''):
         """Validate a command of `source`; keep it when valid. Return (ok, reason).

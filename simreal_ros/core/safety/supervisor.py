@@ -90,6 +90,11 @@ class Supervisor(Inputs, Latch):
         self.implausible = 0
         self.implausible_in_row = 0
         self.last_implausible = ''
+        # Measured samples by stamp (inputs._stamp_order): the stamp in use ('ref'), counts.
+        self.stamp_order = {k: {'ref': None, 'out_of_order': 0, 'from_future': 0,
+                                'same_stamp': 0, 'in_row': 0} for k in ('joint_states', 'imu')}
+        self.last_state_disorder = ''
+        self._order_restart = set()   # inputs whose order starts again (persistent disorder)
         self.estops = 0
         self.ticks = 0
         self.outputs = 0
@@ -643,6 +648,10 @@ class Supervisor(Inputs, Latch):
                        'received': dog.received, 'watchdog_trips': dog.trips,
                        'trip_past_timeout_ms': (None if dog.late_at_trip is None
                                                 else round(dog.late_at_trip * 1e3, 2))}
+            if k in self.stamp_order:   # measured samples not used for their stamps
+                o = self.stamp_order[k]
+                ages[k].update(out_of_order=o['out_of_order'], from_future=o['from_future'],
+                               same_stamp=o['same_stamp'])
         stage = self.stage.to_dict()
         stage['transitions'] = stage['transitions'][-10:]
         stage['clean_for_s'] = round(self.stage.clean_for(now), 3)
@@ -669,6 +678,9 @@ class Supervisor(Inputs, Latch):
             'state_rejected': self.state_rejected,
             'implausible_states': self.implausible,
             'last_implausible': self.last_implausible,
+            'state_out_of_order': sum(o['out_of_order'] for o in self.stamp_order.values()),
+            'state_from_future': sum(o['from_future'] for o in self.stamp_order.values()),
+            'last_state_disorder': self.last_state_disorder,
             'estops': self.estops,
             'ticks': self.ticks,
             'late_ticks': self.late_ticks, 'slow_ticks': self.slow_ticks,
