@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import G1_DIR, REPO
+from conftest import REPO, require_asset
 from simreal_ros.core.bridge import BridgeSession
 from simreal_ros.core.bridge.params import bridge_parameters
 from simreal_ros.core.bridge.recording import read_mcap, split
@@ -66,9 +66,7 @@ def drive(plant, session):
 
 @pytest.fixture(scope='module')
 def gantry_run(tmp_path_factory):
-    if not (G1_DIR / 'scene.xml').is_file():
-        pytest.skip(f'shared G1 data not found at {G1_DIR} (it sits beside the repository)')
-    g1_dir = G1_DIR
+    g1_dir = require_asset('unitree_g1_12dof')
     folder = str(tmp_path_factory.mktemp('g1_sysid'))
     sim = load_node_params(CONFIG, 'sim_robot')
     names = list(sim['joint_names'])
