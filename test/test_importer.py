@@ -195,12 +195,15 @@ def test_legged_gym_import_starts_at_the_default_pose_and_works_from_a_third_fol
     third: every reader resolves the file's paths from the file's folder."""
     from simreal_ros.tools.check import check
     from simreal_ros.tools.reference_rollout import rollout
-    here, there, third = (tmp_path / d for d in ('here', 'there', 'third'))
+    # three depths: a path relative to one folder does not resolve from another by chance
+    here, there, third = tmp_path / 'here', tmp_path / 'a' / 'there', tmp_path / 'b' / 'c' / 'd'
     for d in (here, there, third):
-        d.mkdir()
+        d.mkdir(parents=True)
+    import shutil
+    for name in ('unitree_deploy_config.yaml', 'policy.onnx'):   # near: no '..' up to '/'
+        shutil.copy(g1_12 / name, here / name)
     monkeypatch.chdir(here)
-    rel = [os.path.relpath(g1_12 / f, here) for f in
-           ('unitree_deploy_config.yaml', 'scene.xml', 'policy.onnx')]
+    rel = ['unitree_deploy_config.yaml', os.path.relpath(g1_12 / 'scene.xml'), 'policy.onnx']
     imp = import_export(rel[0], rel[1], rel[2], fmt='legged_gym', out=there / 'g1.yaml',
                         reference_steps=0)
     from simreal_ros.tools.importer import write
@@ -209,6 +212,7 @@ def test_legged_gym_import_starts_at_the_default_pose_and_works_from_a_third_fol
     runner = load_node_params(robot, 'policy_runner')
     assert sim['initial_position'] == [-0.1, 0.0, 0.0, 0.3, -0.2, 0.0] * 2   # default_angles
     assert not sim['model_path'].startswith('/')
+    assert runner['policy_path'] == '../../here/policy.onnx'
     monkeypatch.chdir(third)
     report = check(robot, nodes=False)
     assert not report.errors, report.lines()
