@@ -90,6 +90,7 @@ def test_a_wrong_joint_order_breaks_the_parity(g1_29, tmp_path):
         'policy_joint_names: [left_hip_pitch_joint, right_hip_pitch_joint,',
         'policy_joint_names: [right_hip_pitch_joint, left_hip_pitch_joint,')
     assert text != COMMITTED.read_text()
+    text = text.replace('../../../shared/', os.path.relpath(SHARED, tmp_path) + '/')
     broken = tmp_path / 'broken.yaml'
     broken.write_text(text)
     out = run(g1_29 / 'policy' / 'deploy.yaml', g1_29 / 'scene_29dof.xml', steps=30,
