@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+import re
 import subprocess
 import sys
 import tempfile
@@ -49,9 +50,11 @@ def main(argv=None):
                           'asset://unitree_g1_29dof/policy/deploy.yaml', '--model',
                           'asset://unitree_g1_29dof/scene_29dof.xml', '-o',
                           str(robot)], cwd=REPO, capture_output=True, text=True)
+    # The paths are relative to each file's folder: compared from 'shared/' on.
+    same = [re.sub(r'(\.\./)+shared/', 'shared/', f.read_text()) for f in (
+        robot, REPO / 'config' / 'robots' / 'g1_29dof.yaml')] if robot.is_file() else [0, 1]
     summary = {'mode': args.mode, 'import_exit': imp.returncode,
-               'import_equals_committed': robot.is_file() and robot.read_text() == (
-                   REPO / 'config' / 'robots' / 'g1_29dof.yaml').read_text()}
+               'import_equals_committed': same[0] == same[1]}
     if imp.returncode != 0:
         summary['error'] = imp.stdout + imp.stderr
         print(json.dumps(summary))

@@ -69,7 +69,7 @@ def core_sysid(out_dir):
     truth = PlantTruth.from_file(config, len(names))
     model = str(load_node_params(config, 'sim_bridge').get('model_path'))
     from simreal_ros.core.config import resolve_path
-    model = str(resolve_path(model, 'sim_bridge.model_path'))
+    model = str(resolve_path(model, 'sim_bridge.model_path', relative_to=Path(config).parent))
     nominal = NominalModel(model, names)
     plant = SimPlant(model, names, 0.001, sim['kp'], sim['kd'], truth=truth, seed=11)
     settings = {k: load_settings(config, k) for k in KINDS}

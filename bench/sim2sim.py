@@ -86,6 +86,11 @@ def parse_args(argv=None):
                         help='velocity command the reference was recorded with, published on '
                         'cmd_vel (default: the trace\'s cmd_vel, else decoded from its obs, '
                         'else none)')
+    parser.add_argument('--start', choices=('reference', 'model'), default='reference',
+                        help='lockstep: where sim_robot starts when the reference does not say '
+                        '(no sample at t = 0, no initial_q): the robot file\'s initial_position '
+                        '(reference, default), or the MJCF\'s own pose, qpos0 (model: where '
+                        'unitree\'s deploy_mujoco starts its reference_trace.npz)')
     parser.add_argument('--tol', type=float, default=DEFAULT_TOLERANCE,
                         help=f'lockstep: largest acceptable action error (default '
                         f'{DEFAULT_TOLERANCE:g})')
@@ -122,6 +127,12 @@ def prepare(args):
                                       'compares the policy\'s actions with them')
         plan['hold'] = sim2sim.check_timing(trace, setup.period)
         start, source, notes = sim2sim.initial_position(setup, trace, plan['hold'])
+        if start is None and args.start == 'model':
+            from simreal_ros.core.plant import load_model
+            model = load_model(setup.model_path)
+            names = [str(n) for n in setup.sim.get('joint_names') or setup.joint_names]
+            start = [float(model.qpos0[model.jnt_qposadr[model.joint(n).id]]) for n in names]
+            source = 'the model\'s own pose (qpos0, --start model)'
         plan['initial_position'], plan['initial_source'] = start, source
         plan['notes'] += notes
         if args.supervisor == 'on':

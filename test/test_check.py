@@ -3,6 +3,7 @@ and the benches' rule that a run which never did its job is a failure."""
 import importlib.util
 import os
 from pathlib import Path
+import re
 
 import pytest
 
@@ -24,9 +25,8 @@ def g1_29():
 def relocated(src, folder, **replace):
     """A copy of a robot file in `folder` whose asset:// paths are relative to `folder`."""
     text = src.read_text()
-    # Up to / and down again: relative to `folder`, and (as '../shared/...' was) to any
-    # working directory as deep (reference_rollout.resolve_policy tries the cwd, not the file).
-    asset = os.path.relpath('/', folder) + str(assets.folder('unitree_g1_29dof'))
+    # Relative to `folder`: the readers resolve a robot file's paths from its own folder.
+    asset = os.path.relpath(str(assets.folder('unitree_g1_29dof')), folder)
     text = text.replace('asset://unitree_g1_29dof/', asset + '/')
     for old, new in replace.items():
         text = text.replace(old, new)
@@ -102,3 +102,68 @@ def test_a_run_that_never_forwarded_or_never_ran_is_a_failure():
         dict(walked), True, [estop]))
     assert any(r.startswith('fell') for r in bench.realtime_failures(
         dict(walked, fell=True, min_base_z=0.1, fall_z=0.5), False, []))
+
+
+# -- a check that never lies (issue 39) ----------------------------------------------------------
+def _ramp_trace(names, speed, steps=25, period=0.02):
+    """Both joints moving at a steady `speed` (rad/s), one target per policy step."""
+    import numpy as np
+    from simreal_ros.core.trace import Trace
+    t = np.arange(steps) * period
+    q = np.stack([-1.0 + speed * t] * len(names), axis=1)
+    return Trace('synthetic ramp', 'simreal', t, list(names), q, dq=np.full_like(q, speed),
+                 target=q + speed * period)
+
+
+def test_a_plausible_stream_replays_without_implausible_states():
+    """A joint at 4 rad/s (velocity_limit 5) moves 0.08 rad per 20 ms policy step. The
+    replay's state between two steps moves as a driver's 500 Hz stream does; held for a
+    period then jumping 0.08 rad in one 2 ms tick it tripped the supervisor's jump check
+    (15 rad/s x 4 ms = 0.06 rad): 'implausible states' on a clean run."""
+    from simreal_ros.core.config import load_node_params
+    from simreal_ros.core.limits_replay import replay
+    params = load_node_params(PANTILT, 'safety_supervisor')
+    trace = _ramp_trace(params['joint_names'], 4.0)
+    result = replay(params, trace, 1.0, 0.0)
+    assert result.implausible_states == 0, result.summary()
+    assert result.clean, result.summary()
+
+
+def test_jitter_clips_are_a_warning_and_a_stop_is_an_error():
+    from simreal_ros.core.limits_replay import Replay
+    from simreal_ros.tools.check import replay_level
+    clipped = {'rate': {'pan': 3}}
+    assert replay_level(Replay(steps=10, jitter=0.0)) == 'ok'
+    assert replay_level(Replay(steps=10, changed_steps=3, clips=clipped, jitter=0.5)) == \
+        'warning'
+    assert replay_level(Replay(steps=10, changed_steps=3, clips=clipped, jitter=0.0)) == 'error'
+    assert replay_level(Replay(steps=10, changed_steps=3, clips=clipped, jitter=0.5,
+                               safe_reason='e-stop: trip velocity')) == 'error'
+
+
+def test_a_jitter_replay_that_clips_warns_with_figures_and_passes(tmp_path):
+    """pantilt at a rate its max_target_rate (5 rad/s) passes on a regular clock, but not with
+    each other step half a period late then early (x 2): a warning naming the clips; exit 0."""
+    import numpy as np
+    from simreal_ros.core.config import load_node_params
+    params = load_node_params(PANTILT, 'safety_supervisor')
+    trace = _ramp_trace(params['joint_names'], 3.5)
+    ref = tmp_path / 'ramp.npz'
+    np.savez(ref, time=trace.time, joint_names=np.array(trace.names), q=trace.q, dq=trace.dq,
+             target_q=trace.target)
+    report = check(PANTILT, reference=str(ref), nodes=False)
+    replays = [(lv, t) for lv, s, t in report.findings if 'limits replay' in t]
+    assert [lv for lv, _ in replays] == ['ok', 'warning'], report.lines()
+    assert 'rate clips' in replays[1][1] and 'jitter 0.5' in replays[1][1]
+    assert not report.errors, report.lines()
+
+
+def test_arm3_check_finds_its_stand_in_policy(tmp_path):
+    """A fresh clone: arm3_policy.onnx does not exist until first use; the check makes it in
+    the user data folder, where the graph finds it, and does not report it missing."""
+    env_home = tmp_path / 'data'
+    code, out = simreal('check', 'config/robots/arm3.yaml', '--no-nodes',
+                        env=dict(os.environ, XDG_DATA_HOME=str(env_home)), timeout=300)
+    assert code == 0, out
+    assert 'arm3_policy.onnx' in out and 'not found' not in out
+    assert (env_home / 'simreal_ros' / 'arm3_policy.onnx').is_file()

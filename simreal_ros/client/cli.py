@@ -482,7 +482,8 @@ def cmd_limits(args, _ros=None):
     proposal = propose_from_files(args.reference, args.robot, margin=args.margin,
                                   position_margin=args.position_margin,
                                   model=args.model or None, use_model=not args.no_model,
-                                  jitter=args.jitter, replay=not args.no_replay)
+                                  jitter=args.jitter, replay=not args.no_replay,
+                                  beyond_model=args.beyond_model)
     flagged = proposal.flagged
     dirty = [f'jitter {j:g}: {r.summary()}' for j, r in (proposal.replay or {}).items()
              if not r.clean]
@@ -502,6 +503,11 @@ def cmd_limits(args, _ros=None):
     if dirty and (args.json or args.yaml):
         print('simreal limits: the replay through the supervisor\'s filter is not clean: '
               + '; '.join(dirty), file=sys.stderr)
+    if flagged and dirty and not args.beyond_model:
+        print('simreal limits: the proposal stops at the model\'s bound where the reference '
+              'passes it, so its replay is not clean; --beyond-model proposes limits that let '
+              'the motion through (each flagged: confirm the hardware allows it)',
+              file=sys.stderr)
     if (flagged or dirty) and args.strict:
         print('simreal limits: --strict: flagged joints or a replay with clips, exit code 1',
               file=sys.stderr)
@@ -514,9 +520,17 @@ def cmd_import(args, _ros=None):
     from simreal_ros.tools.importer import import_export, write
     imp = import_export(args.file, args.model or None, args.policy or None,
                         args.format or None, args.output, args.name or None,
-                        driver=args.driver or None)
+                        driver=args.driver or None, reference=args.reference or None,
+                        reference_steps=args.reference_steps)
     for text in imp.notes:
         print(f'simreal import: not mapped or assumed: {text}')
+    for text in imp.flags:
+        print(f'simreal import: FLAGGED (confirm the hardware allows it): {text}',
+              file=sys.stderr)
+    for jitter, result in imp.replays.items():
+        if not result.clean:
+            print(f'simreal import: {"WARNING" if jitter and not result.safe_reason else "ERROR"}'
+                  f': the limits replay is not clean: {result.summary()}', file=sys.stderr)
     path = write(imp, args.output)
     runner = imp.sections['policy_runner']
     print(f'simreal import: wrote {path} ({imp.fmt}: {len(imp.shared["joint_names"])} joints, '
@@ -670,6 +684,10 @@ def build_parser():
     p.add_argument('--no-replay', action='store_true',
                    help='do not replay the reference through the supervisor\'s filter with '
                         'the proposal (the check that it passes untouched)')
+    p.add_argument('--beyond-model', action='store_true',
+                   help='propose what the reference needs even past the model\'s joint range '
+                        'or torque bound (each FLAGGED: confirm the hardware allows it), so '
+                        'the replay is clean; default: stop at the model\'s bound')
     out = p.add_mutually_exclusive_group()
     out.add_argument('--yaml', action='store_true', help='print only the YAML snippet')
     out.add_argument('--json', action='store_true', help='print only JSON')
@@ -678,9 +696,12 @@ def build_parser():
     p = sub.add_parser('import', help='turn a training export (unitree_rl_lab deploy.yaml, '
                        'legged_gym deploy config) into a robot file (files only, no ROS; '
                        'docs/bring_your_own.md)')
-    p.add_argument('file', metavar='FILE', help='the export (deploy.yaml, deploy config)')
-    p.add_argument('--format', default='', choices=('', 'unitree_rl_lab', 'legged_gym'),
-                   help='the export\'s format (default: told by its keys)')
+    p.add_argument('file', metavar='FILE', help='the export (deploy.yaml, deploy config, or '
+                   'an mjlab ONNX)')
+    p.add_argument('--format', default='',
+                   choices=('', 'unitree_rl_lab', 'legged_gym', 'mjlab'),
+                   help='the export\'s format (default: told by its keys; an ONNX with '
+                        'mjlab\'s metadata is mjlab)')
     p.add_argument('--model', default='', metavar='MJCF',
                    help='the robot\'s MuJoCo model: its actuators are the motors, in order')
     p.add_argument('--policy', default='', metavar='ONNX',
@@ -690,6 +711,13 @@ def build_parser():
                    help="'unitree': add a unitree_bridge section (motor indices, held motors)")
     p.add_argument('-o', '--output', required=True, metavar='ROBOT.yaml',
                    help='the robot file to write (nothing is written when the import fails)')
+    p.add_argument('--reference', default='', metavar='TRACE.npz',
+                   help='a trace of the training loop (docs/traces.md) the supervisor\'s limits '
+                        'must let through (default: run the policy in MuJoCo, '
+                        '--reference-steps)')
+    p.add_argument('--reference-steps', type=int, default=1000, metavar='STEPS',
+                   help='policy steps of the import\'s own reference run (default 1000; 0: '
+                        'none, limits from the MJCF only)')
     p = sub.add_parser('check', help='check a robot file: sections, paths, sizes against the '
                        'model and the ONNX, declared parameters, the limits replay (no graph)')
     p.add_argument('file', metavar='FILE', help='robot file (path, or a name in config/robots)')

@@ -574,8 +574,12 @@ def _jsonable(value):
 
 
 def propose(trace, robot, margin=DEFAULT_MARGIN, position_margin=DEFAULT_POSITION_MARGIN,
-            jitter=DEFAULT_JITTER):
-    """Return the Proposal for a loaded Trace and a RobotFile."""
+            jitter=DEFAULT_JITTER, beyond_model=False):
+    """Return the Proposal for a loaded Trace and a RobotFile.
+
+    `beyond_model`: propose what the reference needs even past the model's range or torque
+    bound (each such limit FLAGGED: the user confirms the hardware allows it), so that the
+    proposal lets the motion through; by default the proposal stops at the model's bound."""
     margin = float(margin)
     position_margin = float(position_margin)
     if not (math.isfinite(margin) and margin >= 0):
@@ -599,7 +603,8 @@ def propose(trace, robot, margin=DEFAULT_MARGIN, position_margin=DEFAULT_POSITIO
         sources['target'] = need['target_source']
         sources['effort'] = need['torque_source']
         mj = robot.model.get(name) if robot.model else None
-        joints[name] = _joint_proposal(name, i, need, mj, robot, margin, position_margin)
+        joints[name] = _joint_proposal(name, i, need, mj, robot, margin, position_margin,
+                                       beyond_model)
     untraced = [n for n in robot.names if n not in joints]
     notes = list(trace.notes)
     period = float(np.median(np.diff(trace.time)))
@@ -657,7 +662,7 @@ def _plausibility(prop, robot):
             'why': why}
 
 
-def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
+def _joint_proposal(name, i, need, mj, robot, margin, position_margin, beyond_model=False):
     flags, warnings = [], []
     limits = {}
     model_where = f' of {Path(robot.model_path).name}' if robot.model_path else ''
@@ -692,8 +697,12 @@ def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
                          f'{need["target_max"] - m_hi:.3g} rad above the joint range {rng}')
     lo = round_out(lo_need - position_margin, upwards=False)
     hi = round_out(hi_need + position_margin, upwards=True)
-    lo_capped = m_lo is not None and lo < m_lo
-    hi_capped = m_hi is not None and hi > m_hi
+    lo_capped = m_lo is not None and lo < m_lo and not beyond_model
+    hi_capped = m_hi is not None and hi > m_hi and not beyond_model
+    if beyond_model and any(f.startswith(('position', 'target')) for f in flags):
+        flags.append(f'beyond the model: the proposed range [{_f(lo)}, {_f(hi)}] passes the '
+                     f'joint range {rng}{model_where} to let the reference through: confirm '
+                     'the hardware allows it')
     limits['position_lower'] = {'need': lo_need, 'proposed': max(lo, m_lo) if lo_capped else lo,
                                 'model': m_lo, 'capped_at_model': lo_capped,
                                 'current': current('position_lower')}
@@ -721,7 +730,12 @@ def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
         if proposed <= 0:
             proposed = None   # the joint never moved/pushed: no figure to propose
             warnings.append(f'{param}: the reference needs 0; no proposal (current value kept)')
-        capped = bound is not None and proposed is not None and proposed > bound
+        capped = (bound is not None and proposed is not None and proposed > bound
+                  and not beyond_model)
+        if beyond_model and bound is not None and proposed is not None and proposed > bound:
+            flags.append(f'beyond the model: {param} {_f(proposed)} is more than the '
+                         f'actuator allows (+-{bound:g}, {mj.torque_source}{model_where}), '
+                         'to let the reference through: confirm the hardware allows it')
         if capped:
             proposed = bound
         if bound is not None and value > bound + TOLERANCE:
@@ -753,14 +767,14 @@ def _joint_proposal(name, i, need, mj, robot, margin, position_margin):
 
 def propose_from_files(reference, robot, margin=DEFAULT_MARGIN,
                        position_margin=DEFAULT_POSITION_MARGIN, model=None, use_model=True,
-                       jitter=DEFAULT_JITTER, replay=False):
+                       jitter=DEFAULT_JITTER, replay=False, beyond_model=False):
     """Read the trace, the robot file and its model; return the Proposal.
 
     `replay`: also replay the reference through the supervisor's own limit filter with the
     proposal (`Proposal.replay`, core/limits_replay.py)."""
     robot_file = read_robot(robot, model=model, use_model=use_model)
     trace = load_trace(reference, robot=robot_file.path)
-    prop = propose(trace, robot_file, margin, position_margin, jitter)
+    prop = propose(trace, robot_file, margin, position_margin, jitter, beyond_model)
     if replay:
         prop.replay = replay_proposal(prop, trace)
     return prop

@@ -2,9 +2,10 @@
 
 `replay(params, trace, scale=1.0)` feeds a `core/safety` `Supervisor`, built from a robot
 file's `safety_supervisor` parameters, the reference's states and targets as the node would
-see them (one target per policy step, the state of that step, ticks at the supervisor's rate in
-between) and returns what the filter did: the policy steps whose forwarded target differs from
-the reference's, the clips per kind and joint, the implausible states (measurement plausibility:
+see them (one target per policy step with the state of that step, ticks at the supervisor's
+rate in between, the state moving linearly to the next step's as a driver's stream does) and
+returns what the filter did: the policy steps whose forwarded target differs from the
+reference's, the clips per kind and joint, the implausible states (measurement plausibility:
 `state_position_margin`, `state_velocity_factor`), and the first safe output's reason. With
 `jitter` (a fraction of the policy period) every other target arrives that much late and the
 next one that much early, as a loaded real-time computer delivers them; limits proposed for
@@ -107,8 +108,14 @@ def replay(params, trace, scale=1.0, jitter=0.0, source='safety_supervisor'):
         shift = (jitter * period) * (1 if k % 2 else -1) if jitter else 0.0
         n_ticks = max(1, int(round((period + shift) / tick)))
         target = tg_all[k]
+        # Between two policy steps the driver streams states at its own rate: the joints
+        # move from this step's state towards the next one's, not all at once at the next
+        # step (a held state that then jumps a period's motion in one tick looks implausible
+        # to the supervisor's jump check, which a real stream never shows).
+        step_q = q_all[k + 1] - q_all[k] if k + 1 < trace.n_samples else 0.0 * q_all[k]
         for i in range(n_ticks):
-            sup.on_joint_state(names, q_all[k], dq_all[k], t, t)
+            q_now = q_all[k] + step_q * (i / n_ticks)
+            sup.on_joint_state(names, q_now, dq_all[k], t, t)
             if i == 0:
                 sup.on_command('policy', names, target, [], [], t, t)
             result = sup.tick(t)

@@ -10,6 +10,7 @@ write one by hand (scripts/onnx_policies.py is the same module from the source c
 """
 import argparse
 import os
+from pathlib import Path
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -115,8 +116,8 @@ def arm3_swing_fit(robot=None, samples=200):
     kp = np.asarray(shared['kp'], float)
     kd = np.asarray(shared['kd'], float)
     sim = load_node_params(path, 'sim_robot')
-    model = mujoco.MjModel.from_xml_path(str(resolve_path(sim['model_path'],
-                                                          what='sim_robot model_path')))
+    model = mujoco.MjModel.from_xml_path(str(resolve_path(
+        sim['model_path'], what='sim_robot model_path', relative_to=Path(path).parent)))
     data = mujoco.MjData(model)
     amp = np.asarray(ARM3_SWING_AMPLITUDE, float)
     omega = 2 * np.pi / ARM3_SWING_PERIOD_S

@@ -42,6 +42,47 @@ def _state_partner_names(name):
     return out
 
 
+TORCH_EXPORT_HINT = (
+    'export it to ONNX with torch, outside this package: m = torch.jit.load(FILE); '
+    'torch.onnx.export(m, (obs,), \'policy.onnx\', input_names=[\'obs\'], '
+    'output_names=[\'actions\'], opset_version=17). A recurrent policy (an LSTM/GRU keeping '
+    'its state inside the module, as unitree_rl_gym\'s motion.pt) must take and give its state '
+    'as explicit tensors: wrap it as forward(obs, h_in, c_in) -> (actions, h_out, c_out) and '
+    'export with input_names [obs, h_in, c_in], output_names [actions, h_out, c_out]; '
+    'policy_runner feeds h_out/c_out back and zeroes them on reset (docs/bring_your_own.md, '
+    '"A TorchScript policy")')
+
+
+def torch_file(path):
+    """Return what kind of PyTorch file `path` is ('TorchScript module', 'torch.save '
+    'checkpoint', 'pickle'), or '' when it is none (read without torch)."""
+    import zipfile
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+            tails = {n.split('/', 1)[1] if '/' in n else n for n in names}
+            if 'constants.pkl' in tails or any(t.startswith('code/') for t in tails):
+                return 'TorchScript module'
+            if 'data.pkl' in tails:
+                return 'torch.save checkpoint'
+            return ''
+        with open(path, 'rb') as f:
+            head = f.read(2)
+    except OSError:
+        return ''
+    return 'pickle' if head[:1] == b'\x80' and head[1:2] in (b'\x02', b'\x03', b'\x04',
+                                                             b'\x05') else ''
+
+
+def refuse_torch_file(path, what='policy_path'):
+    """Raise ConfigError, saying how to export it, when `path` is a PyTorch file."""
+    kind = torch_file(path)
+    if kind:
+        raise ConfigError(f'{what} {path} is a {kind} (PyTorch), not ONNX: '
+                          + TORCH_EXPORT_HINT.replace('FILE', repr(Path(path).name)))
+
+
 class PolicySession:
     """An onnxruntime session with the observation input, the action output and state pairs."""
 
@@ -49,6 +90,7 @@ class PolicySession:
         self.path = str(path)
         if not os.path.isfile(self.path):
             raise ConfigError(f'policy_path {self.path!r} is not a file')
+        refuse_torch_file(self.path)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1

@@ -67,9 +67,9 @@ class Setup:
         if policy:
             policy = resolve_path(policy, what='policy')
         elif runner.get('policy_path'):
-            # as policy_runner resolves it: the current directory, then the checkout
+            # as policy_runner resolves it: relative to the robot file's folder first
             policy = resolve_path(runner['policy_path'], what=f'{path}: policy_runner '
-                                  'policy_path')
+                                  'policy_path', relative_to=Path(path).parent)
         else:
             raise ConfigError(f'{path}: policy_runner has no policy_path: give the policy')
         runner = dict(runner, policy_path=str(policy))

@@ -319,7 +319,8 @@ def _policy_problem(path, over):
     if not policy:
         return f'{path}: policy_runner has no policy_path (give policy:=<file.onnx>)'
     try:
-        _policy_file(path, over)
+        from simreal_ros.core.policy import refuse_torch_file
+        refuse_torch_file(_policy_file(path, over), f'{path}: policy_runner policy_path')
     except ConfigError as exc:
         from simreal_ros.core.onnx_policies import STAND_INS
         if os.path.basename(str(policy)) in STAND_INS:

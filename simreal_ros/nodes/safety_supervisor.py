@@ -419,7 +419,9 @@ class SafetySupervisor(Parameters, Services, Reporting, Node):
         self._publish_heartbeat()
 
     def destroy_node(self):
-        self.writer.stop()      # one last write of the stage record
+        writer = getattr(self, 'writer', None)   # none when a parameter was refused
+        if writer is not None:
+            writer.stop()      # one last write of the stage record
         for sub, _ in getattr(self, '_polled', ()):
             sub.destroy()
         return super().destroy_node()

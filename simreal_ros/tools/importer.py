@@ -38,9 +38,9 @@ import numpy as np
 import yaml
 
 from simreal_ros.core.assets import url_for
-from simreal_ros.core.config import ASSET_URL, ConfigError, resolve_path, source_root
+from simreal_ros.core.config import ASSET_URL, ConfigError, resolve_path
 
-FORMATS = ('unitree_rl_lab', 'legged_gym')
+FORMATS = ('unitree_rl_lab', 'legged_gym', 'mjlab')
 
 # unitree_rl_lab's registered observation functions (deploy/include/isaaclab/envs/mdp/
 # observations.h) -> this package's term kinds (core/observation.py TERM_KINDS).
@@ -82,6 +82,9 @@ class Imported:
     sections: dict = field(default_factory=dict)      # node -> parameters (nested dicts)
     comments: dict = field(default_factory=dict)      # (node, key) -> comment line(s)
     notes: list = field(default_factory=list)         # fields not mapped, assumptions
+    flags: list = field(default_factory=list)         # limits beyond the model: confirm
+    reference_cmd: list = None                        # cmd_vel of the import's reference
+    replays: dict = field(default_factory=dict)       # jitter -> limits_replay.Replay
 
     def note(self, text):
         self.notes.append(text)
@@ -92,12 +95,18 @@ class Imported:
                  f'#   {self.source}',
                  '# Regenerate rather than edit: the import is checked byte for byte by '
                  'the tests',
-                 '# for the files in config/robots/. Relative paths: the robot file\'s folder,',
-                 '# then the current directory, then the source checkout\'s root.']
+                 '# for the files in config/robots/. A relative path is relative to this',
+                 '# file\'s folder.']
         if self.notes:
             lines.append('# Not mapped from the export, or assumed (also printed by the '
                          'import):')
             for text in self.notes:
+                lines += _wrap_comment(f'- {text}', '#   ', first='# ')
+        if self.flags:
+            lines.append('# FLAGGED: the policy\'s own motion needs more than the MJCF allows; '
+                         'these')
+            lines.append('# limits let it through: confirm the hardware allows each one.')
+            for text in self.flags:
                 lines += _wrap_comment(f'- {text}', '#   ', first='# ')
         lines.append('/**:')
         lines.append('  ros__parameters:')
@@ -265,7 +274,8 @@ def _one_or_list(arr):
 
 
 def _path_for(given, out_dir, what):
-    """The path as the robot file should name it (resolves as the file's reader will)."""
+    """The path as the robot file should name it: relative to the robot file's folder (as
+    every reader resolves it), absolute or a `scheme://` path as given."""
     resolved = resolve_path(given, what=what)
     text = str(given)
     if text.startswith(('package://', ASSET_URL)):
@@ -273,12 +283,9 @@ def _path_for(given, out_dir, what):
     in_asset = url_for(resolved)        # a third-party asset's file: named as one, anywhere
     if in_asset is not None:
         return in_asset, resolved
-    if os.path.isabs(text):
+    if os.path.isabs(text) or '://' in text:
         return text, resolved
-    root = source_root()
-    if root is not None and (root / text).resolve() == resolved:
-        return text, resolved           # checkout-relative, as config/robots/ files name data
-    return os.path.relpath(resolved, Path(out_dir).resolve()), resolved
+    return os.path.relpath(resolved, Path(out_dir).resolve()).replace(os.sep, '/'), resolved
 
 
 # -- the common parts of a robot file ------------------------------------------------------
@@ -298,8 +305,9 @@ def _sim_robot(imp, model_path, physics_dt, floating, n, initial=None):
     if initial is not None:
         imp.sections['sim_robot']['initial_position'] = [float(v) for v in initial]
         imp.comments[('sim_robot', 'initial_position')] = [
-            'The default pose (motor order): an Isaac Lab episode starts there, so the '
-            'policy\'s first command is near the measured pose.']
+            'The default pose (motor order): a training episode starts there (Isaac Lab\'s '
+            'reset, legged_gym\'s init_state), so the policy\'s first command is near the '
+            'measured pose; the base starts at the MJCF\'s own pose.']
     imp.comments[('sim_robot', 'plant_enabled')] = [
         'The MJCF is the truth (no hidden plant): sim2sim matches the training-side loop.']
     if floating:
@@ -545,6 +553,138 @@ def _rl_lab(imp, data, path, model, policy_path):
     return motor_names, stiffness[motor_idx], damping[motor_idx], default_motor, step_dt
 
 
+# -- mjlab: the deployment facts in the ONNX's metadata ---------------------------------------
+# mjlab's exporter (src/mjlab/tasks/velocity/rl/exporter.py, attach_onnx_metadata) writes these
+# metadata_props: lists as comma-separated text, numbers with 3 decimals (list_to_csv_str).
+MJLAB_KEYS = ('joint_names', 'joint_stiffness', 'joint_damping', 'default_joint_pos',
+              'command_names', 'observation_names', 'action_scale')
+MJLAB_TERMS = {   # mjlab's velocity task's policy terms (velocity_env_cfg.py) -> term kinds
+    'base_ang_vel': 'base_ang_vel',
+    'projected_gravity': 'projected_gravity',
+    'joint_pos': 'joint_pos',
+    'joint_vel': 'joint_vel',
+    'actions': 'last_action',
+    'command': 'velocity_command',
+}
+MJLAB_PERIOD = 0.02   # s: mjlab's velocity task, decimation 4 x timestep 0.005 (not exported)
+
+
+def onnx_metadata(path):
+    """Return the ONNX file's metadata_props as a dict ({} when it has none)."""
+    import onnxruntime as ort
+    try:
+        session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
+        raise ImportRefused(f'cannot read the ONNX file {path}: {exc}') from exc
+    return dict(session.get_modelmeta().custom_metadata_map)
+
+
+def is_mjlab(metadata):
+    """True when an ONNX's metadata is mjlab's (its exporter's keys)."""
+    return all(k in metadata for k in ('joint_names', 'default_joint_pos',
+                                       'observation_names'))
+
+
+def _csv(meta, key, path, numbers=True, n=None):
+    text = meta.get(key)
+    if text is None:
+        raise ImportRefused(f'{path}: metadata {key} is missing (mjlab\'s exporter writes '
+                            f'{", ".join(MJLAB_KEYS)})')
+    items = [t.strip() for t in str(text).split(',') if t.strip()]
+    if not numbers:
+        return items
+    try:
+        arr = np.array([float(t) for t in items])
+    except ValueError:
+        raise ImportRefused(f'{path}: metadata {key} must be comma-separated numbers, got '
+                            f'{text!r}') from None
+    if n is not None and arr.size == 1 and n > 1:
+        arr = np.full(n, arr[0])
+    if n is not None and arr.size != n:
+        raise ImportRefused(f'{path}: metadata {key} has {arr.size} values for {n} '
+                            'joint_names')
+    if not np.all(np.isfinite(arr)):
+        raise ImportRefused(f'{path}: metadata {key} has a non-finite value: {text!r}')
+    return arr
+
+
+def _mjlab(imp, meta, path, model, policy_path):
+    """The robot file from mjlab's ONNX metadata (policy order = its joint_names)."""
+    policy_names = _csv(meta, 'joint_names', path, numbers=False)
+    n = len(policy_names)
+    unknown = [nm for nm in policy_names if nm not in model.names]
+    if unknown:
+        raise ImportRefused(f'{path}: metadata joint_names {unknown} are not joints driven by '
+                            f'an actuator of {model.path} (its motors: {model.names})')
+    stiffness = _csv(meta, 'joint_stiffness', path, n=n)
+    damping = _csv(meta, 'joint_damping', path, n=n)
+    default = _csv(meta, 'default_joint_pos', path, n=n)
+    scale = _csv(meta, 'action_scale', path, n=n)
+    commands = _csv(meta, 'command_names', path, numbers=False)
+    terms = _csv(meta, 'observation_names', path, numbers=False)
+    bad = [t for t in terms if t not in MJLAB_TERMS]
+    if bad:
+        why = {'base_lin_vel': 'base_lin_vel needs a base velocity estimate this package\'s '
+                               'observation does not provide (retrain without it, as a real '
+                               'robot without a state estimator needs)'}
+        raise ImportRefused(
+            f'{path}: metadata observation_names: unsupported term(s) {bad}; supported: '
+            f'{sorted(MJLAB_TERMS)}' + ''.join(f'; {why[t]}' for t in bad if t in why)
+            + '. No file written.')
+    if 'command' in terms and commands != ['twist']:
+        raise ImportRefused(f'{path}: metadata command_names {commands}: only mjlab\'s '
+                            'velocity command (twist) maps to cmd_vel (a motion-tracking '
+                            'command is not supported)')
+    for key in sorted(meta):
+        if key == 'run_path':
+            imp.note(f'run_path {meta[key]}: the training run (not mapped)')
+        elif key not in MJLAB_KEYS:
+            imp.note(f'metadata {key}: not mapped')
+    idle = [nm for nm in model.names if nm not in policy_names]
+    if idle:
+        imp.note(f'the policy leaves motors {idle} out: they are not in the robot file')
+    motor_names = [nm for nm in model.names if nm in policy_names]
+    in_policy = {nm: k for k, nm in enumerate(policy_names)}
+    imp.shared.update(robot_name=imp.robot_name, joint_names=motor_names,
+                      kp=[float(stiffness[in_policy[nm]]) for nm in motor_names],
+                      kd=[float(damping[in_policy[nm]]) for nm in motor_names])
+    imp.comments[('/**', 'joint_names')] = [
+        'The MJCF\'s actuator order. The policy\'s own order is policy_runner.'
+        'policy_joint_names (the metadata\'s joint_names).']
+    imp.comments[('/**', 'kp')] = ['joint_stiffness and joint_damping (the MJCF actuators\' '
+                                   'kp, kd in training), motor order.']
+    observation = {'terms': list(terms)}
+    for name in terms:
+        kind = MJLAB_TERMS[name]
+        observation[name] = {'scale': 1.0} if kind == name else {'kind': kind, 'scale': 1.0}
+    imp.note('observation scales, clips and history: not in the metadata; mjlab\'s velocity '
+             'task has none (scale 1, no history) and that is written')
+    imp.note(f'the policy period is not in the metadata: {MJLAB_PERIOD} s written (mjlab\'s '
+             'velocity task: decimation 4 x timestep 0.005)')
+    imp.note('cmd_vel limits: not in the metadata, +-1 written (the training ranges bound them)')
+    runner = {'policy_path': policy_path, **_runner_common(MJLAB_PERIOD, [-1.0] * 3,
+                                                           [1.0] * 3)}
+    runner['policy_joint_names'] = list(policy_names)
+    runner['default_position'] = [float(v) for v in default]
+    runner['ease_in_s'] = 0.0
+    runner['observation'] = observation
+    runner['action'] = {'mode': 'position', 'scale': _one_or_list(scale), 'clip': 0.0}
+    c = imp.comments
+    c[('policy_runner', 'policy_joint_names')] = ['The metadata\'s joint_names: the policy\'s '
+                                                  'order for observations and actions.']
+    c[('policy_runner', 'observation')] = [
+        'The metadata\'s observation_names in order (mjlab\'s terms: actions = the last '
+        'action, command = the twist command).']
+    c[('policy_runner', 'action')] = ['target = default_joint_pos + action_scale * action.']
+    c[('policy_runner', 'ease_in_s')] = [
+        'No ease-in: a free-standing robot on a fixed pose topples; the bring-up '
+        '(simreal go-default) comes first.']
+    imp.sections['policy_runner'] = runner
+    return (motor_names, np.array([stiffness[in_policy[nm]] for nm in motor_names]),
+            np.array([damping[in_policy[nm]] for nm in motor_names]),
+            [float(default[in_policy[nm]]) for nm in motor_names], MJLAB_PERIOD)
+
+
 # -- legged_gym / unitree_rl_gym deploy_mujoco -----------------------------------------------
 LEGGED_GYM_KEYS = {'kps', 'kds', 'default_angles', 'ang_vel_scale', 'dof_pos_scale',
                    'dof_vel_scale', 'action_scale', 'cmd_scale', 'num_actions', 'num_obs',
@@ -587,11 +727,15 @@ def _legged_gym(imp, data, path, model, policy_path):
         if key in LEGGED_GYM_KEYS:
             continue
         if key == 'cmd_init':
-            imp.note('cmd_init (the command deploy_mujoco runs with): not mapped; the robot '
-                     'stands until cmd_vel arrives')
+            imp.reference_cmd = [float(v) for v in _floats(data, 'cmd_init', path, 3)]
+            imp.note('cmd_init (the command deploy_mujoco runs with): the import\'s '
+                     'reference runs with it; the robot stands until cmd_vel arrives')
         elif key in ('policy_path', 'xml_path'):
             imp.note(f'{key}: not read ({{LEGGED_GYM_ROOT_DIR}} paths); --policy / --model '
                      'give them')
+            if key == 'policy_path' and str(data[key]).endswith(('.pt', '.pth', '.jit')):
+                imp.note(f'policy_path {data[key]} is a PyTorch file: --policy takes its '
+                         'ONNX export (docs/bring_your_own.md, "A TorchScript policy")')
         elif key == 'simulation_duration':
             imp.note('simulation_duration: not mapped (deploy_mujoco\'s viewer time)')
         else:
@@ -627,6 +771,95 @@ def _legged_gym(imp, data, path, model, policy_path):
     return list(names), kp, kd, list(default), period, sim_dt
 
 
+# -- limits from the policy's own motion -------------------------------------------------------
+REFERENCE_STEPS = 1000          # policy steps of the import's reference (20 s at 50 Hz)
+REFERENCE_CMD = (0.5, 0.0, 0.0)   # its velocity command, within the export's cmd_vel range
+LIMIT_PARAMS = ('position_lower', 'position_upper', 'velocity_limit', 'torque_limit',
+                'max_target_rate', 'max_target_accel')
+
+
+def _absolute_copy(imp, model_path, policy_path):
+    """The Imported with absolute model and policy paths (a draft written anywhere)."""
+    import copy
+    draft = copy.deepcopy(imp)
+    draft.sections['sim_robot']['model_path'] = str(model_path)
+    draft.sections['policy_runner']['policy_path'] = str(policy_path)
+    return draft
+
+
+def reference_limits(imp, model_path, policy_path, reference=None, steps=REFERENCE_STEPS):
+    """Widen the supervisor's limits so the policy's own motion passes them untouched.
+
+    The reference is `reference` (a trace of the training loop, docs/traces.md) or `steps`
+    policy steps of the policy run in MuJoCo on the model from the default pose
+    (tools/reference_rollout.py, the velocity command `imp.reference_cmd`). The proposal is
+    core/limits_proposal's with its margins (0.1 rad outside positions and targets, +10 % and
+    room for half a period of jitter on the rest) and never below the import's own values;
+    where it passes the MJCF's range or torque bound the joint is flagged (`imp.flags`). The
+    result is replayed through the supervisor's filter at jitter 0 and 0.5 (`imp.replays`).
+    """
+    import tempfile
+    from simreal_ros.core import limits_proposal
+    from simreal_ros.core.config import load_node_params
+    from simreal_ros.core.limits_replay import replay
+    from simreal_ros.core.trace import load_trace
+    with tempfile.TemporaryDirectory(prefix='simreal_import_') as tmp:
+        draft = Path(tmp) / f'{imp.robot_name}.yaml'
+        draft.write_text(_absolute_copy(imp, model_path, policy_path).text())
+        if reference:
+            trace = load_trace(reference, robot=draft)
+            what = f'the reference {reference}'
+        else:
+            from simreal_ros.tools.reference_rollout import rollout
+            arrays = rollout(str(draft), steps=int(steps), cmd_vel=imp.reference_cmd)
+            np.savez(Path(tmp) / 'reference.npz', **arrays)
+            trace = load_trace(Path(tmp) / 'reference.npz', robot=draft)
+            cmd = '' if imp.reference_cmd is None else f', cmd_vel {list(imp.reference_cmd)}'
+            what = (f'{int(steps)} policy steps of the policy in MuJoCo from the default '
+                    f'pose{cmd}')
+        prop = limits_proposal.propose(trace, limits_proposal.read_robot(draft),
+                                       beyond_model=True)
+        sup = imp.sections['safety_supervisor']
+        widened = []
+        for param, values in prop.proposed_lists().items():
+            lower = param == 'position_lower'
+            new = []
+            for name, old, value in zip(prop.names, sup[param], values):
+                if value is None or (value >= old if lower else value <= old):
+                    new.append(old)
+                    continue
+                new.append(float(value))
+                widened.append(f'{name} {param} {_scalar(old)} -> {_scalar(float(value))}')
+            sup[param] = new
+        sup['trip_velocity'] = [max(t, round(v * TRIP_FACTOR, 4)) for t, v in
+                                zip(sup['trip_velocity'], sup['velocity_limit'])]
+        # Measurement plausibility against the limits written (not the proposal's own).
+        past = [max(lo - prop.joints[nm]['need']['q_min'], prop.joints[nm]['need']['q_max'] - hi)
+                for nm, lo, hi in zip(prop.names, sup['position_lower'], sup['position_upper'])
+                if nm in prop.joints]
+        if past and max(past) + POSITION_MARGIN > sup['state_position_margin']:
+            sup['state_position_margin'] = round(max(past) + POSITION_MARGIN, 2)
+        sup['state_velocity_factor'] = max([float(sup['state_velocity_factor'])] + [
+            round(t / v + 0.005, 2) for t, v in zip(sup['trip_velocity'], sup['velocity_limit'])])
+        for name, text in prop.flagged:
+            imp.flags.append(f'{name}: {text}')
+        imp.comments[('safety_supervisor', 'position_lower')] = [
+            f'Command limits: the MJCF\'s joint ranges ({POSITION_MARGIN} rad wider for '
+            f'targets), widened where the policy\'s own motion needs more ({what}: '
+            '`simreal limits` margins, 0.1 rad outside what it reaches). Where they pass the '
+            'MJCF\'s range the joint is FLAGGED in the header.']
+        imp.note(f'limits from the policy\'s own motion ({what}): '
+                 + (f'widened {"; ".join(widened)}' if widened else
+                    'the MJCF-based limits already let it through'))
+        draft.write_text(_absolute_copy(imp, model_path, policy_path).text())
+        params = load_node_params(draft, 'safety_supervisor')
+        for jitter in (0.0, 0.5):
+            imp.replays[jitter] = replay(params, trace, 1.0, jitter)
+    for jitter, result in imp.replays.items():
+        imp.note(f'limits replay of {what}: {result.summary()}')
+    return imp
+
+
 # -- the whole import ------------------------------------------------------------------------
 def _unitree_bridge(imp, model, names):
     """The unitree_bridge section: the joints' motors (the MJCF's actuator indices)."""
@@ -659,8 +892,11 @@ def _unitree_bridge(imp, model, names):
 
 
 def import_export(export, model, policy=None, fmt=None, out=None, robot_name=None,
-                  driver=None):
+                  driver=None, reference=None, reference_steps=REFERENCE_STEPS):
     """Return the `Imported` robot file for an export file (no file written).
+
+    `reference`: a trace of the training loop the limits must let through; without one the
+    policy runs `reference_steps` steps in MuJoCo (0: no reference, the MJCF's limits only).
 
     `model`: the MJCF (its actuators are the motors); `policy`: the ONNX (default: the
     `policy.onnx` beside the export, or in `../exported/` as unitree_rl_lab lays out a run);
@@ -670,10 +906,23 @@ def import_export(export, model, policy=None, fmt=None, out=None, robot_name=Non
     if source.startswith(ASSET_URL):    # an asset's export (unitree_g1_29dof/policy/...)
         export = resolve_path(source, what='the export')
     export = Path(export)
-    data = read_export(export)
-    fmt = fmt or detect_format(data, export)
-    if fmt not in FORMATS:
+    if fmt not in (None, *FORMATS):
         raise ImportRefused(f'unknown format {fmt!r}; supported: {list(FORMATS)}')
+    if export.is_file():
+        from simreal_ros.core.policy import refuse_torch_file
+        refuse_torch_file(export, 'the export')
+    if fmt == 'mjlab' or (fmt is None and export.suffix == '.onnx'):
+        data = onnx_metadata(export)
+        if not is_mjlab(data):
+            raise ImportRefused(f'{export}: an ONNX without mjlab\'s metadata (joint_names, '
+                                'default_joint_pos, observation_names: mjlab\'s exporter, '
+                                'attach_onnx_metadata, writes them); give the export\'s '
+                                'deploy file instead (docs/bring_your_own.md)')
+        fmt = 'mjlab'
+        policy = policy or str(export)
+    else:
+        data = read_export(export)
+        fmt = fmt or detect_format(data, export)
     out_dir = Path(out).parent if out else Path.cwd()
     if not model:
         raise ImportRefused(f'{export}: give the robot\'s MuJoCo model (--model MJCF): the '
@@ -701,11 +950,15 @@ def import_export(export, model, policy=None, fmt=None, out=None, robot_name=Non
         physics_dt = PHYSICS_DT
         imp.note(f'the simulation step is not in the export: sim_robot physics_dt '
                  f'{PHYSICS_DT} s')
+    elif fmt == 'mjlab':
+        names, kp, kd, default_motor, period = _mjlab(imp, data, export, mdl, policy_text)
+        physics_dt = PHYSICS_DT
+        imp.note(f'the simulation step is not in the metadata: sim_robot physics_dt '
+                 f'{PHYSICS_DT} s (mjlab trains at 0.005 s)')
     else:
         names, kp, kd, default_motor, period, physics_dt = _legged_gym(
             imp, data, export, mdl, policy_text)
-    _sim_robot(imp, model_text, physics_dt, mdl.floating, len(names),
-               default_motor if fmt == 'unitree_rl_lab' else None)
+    _sim_robot(imp, model_text, physics_dt, mdl.floating, len(names), default_motor)
     imp.sections['safety_supervisor'] = _supervisor(imp, mdl, names, kp, kd, default_motor,
                                                     period)
     if driver not in (None, 'unitree'):
@@ -717,6 +970,13 @@ def import_export(export, model, policy=None, fmt=None, out=None, robot_name=Non
         ('unitree_bridge',) if driver else ())
     imp.sections = {k: imp.sections[k] for k in order}
     check_sizes(imp, policy_path)
+    runner = imp.sections['policy_runner']
+    if any(runner['observation'].get(t, {}).get('kind', t) == 'velocity_command'
+           for t in runner['observation']['terms']) and imp.reference_cmd is None:
+        lo, hi = runner['cmd_vel_min'], runner['cmd_vel_max']
+        imp.reference_cmd = [min(max(v, a), b) for v, a, b in zip(REFERENCE_CMD, lo, hi)]
+    if reference or reference_steps:
+        reference_limits(imp, model_path, policy_path, reference, reference_steps)
     return imp
 
 

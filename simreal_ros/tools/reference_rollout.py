@@ -53,8 +53,9 @@ def resolve_policy(robot, policy=None):
         return Path(stand_in_policy(os.path.basename(configured)))
     if not configured:
         raise ConfigError(f'{path}: policy_runner has no policy_path: give --policy')
-    # as policy_runner resolves it: the current directory, then the source checkout
-    return resolve_path(configured, what=f'{path}: policy_runner policy_path')
+    # as policy_runner resolves it: relative to the robot file's folder first
+    return resolve_path(configured, what=f'{path}: policy_runner policy_path',
+                        relative_to=Path(path).parent)
 
 
 def rollout(robot, policy=None, steps=1000, cmd_vel=None, hold=True, initial_position=None):

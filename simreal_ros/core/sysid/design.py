@@ -12,6 +12,7 @@ pose (links are known; only actuator parameters are not).
 """
 from dataclasses import dataclass, field
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -411,7 +412,8 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
         settings = load_settings(config_path, kind)
         params = load_node_params(config_path, node)
         if nominal is None:
-            path = resolve_path(params.get('model_path', ''), f'{config_path}:{node}.model_path')
+            path = resolve_path(params.get('model_path', ''), f'{config_path}:{node}.model_path',
+                                relative_to=Path(config_path).parent)
             nominal = NominalModel(path, settings.joint_names)
         names = settings.joint_names
         chosen = list(joints or params.get('joints') or names)
