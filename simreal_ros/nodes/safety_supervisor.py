@@ -54,7 +54,7 @@ from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, LATCHED_QOS,
                                       PolledSubscription, PublisherWatch, declare, declare_names,
                                       declare_priority, declare_rogue_parameters,
                                       deserialize_or_none, diag_name, run,
-                                      stamp_to_sec)
+                                      stamp_to_sec, timing_trace)
 
 ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'supervised joints (names as in joint_states)'),
@@ -118,7 +118,7 @@ class SafetySupervisor(Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
-        self.priority = declare_priority(self, -10)   # before the work starts
+        self.priority = declare_priority(self, -10, 50)   # before the work starts
         p = self._declare_parameters()
         cfg = SupervisorConfig.from_params(p, source=self.NODE_NAME)
         self.core = Supervisor(cfg, self._now())
@@ -485,6 +485,9 @@ class SafetySupervisor(Node):
 
     def _on_command(self, source, msg):
         now = self._now()
+        trace = timing_trace()   # bench/policy_staleness.py's events, else None
+        if trace is not None:
+            trace.add('cmd', source, stamp_to_sec(msg.header.stamp), now, time.time())
         with self._lock:
             self._take_inputs(now)   # the newest state for a command forwarded at once
             ok, reason = self.core.on_command(source, msg.name, msg.position, msg.velocity,
