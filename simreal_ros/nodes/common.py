@@ -169,9 +169,10 @@ def timing_trace():
 
 THREAD_PRIORITY_DOC = (
     "real-time priority (SCHED_FIFO, 1-99) of the node's loop thread, as controller_manager's "
-    'thread_priority; 0 = off (the thread keeps process_priority). With it the process also '
-    'locks its memory (mlockall). Needs root or an rtprio limit (`ulimit -r`, '
-    '/etc/security/limits.conf); without it the node says so at start and runs on')
+    "thread_priority, and of the process's other threads (they share Python's lock); 0 = off "
+    '(process_priority only). With it the process also locks its memory (mlockall). Needs '
+    'root or an rtprio limit (`ulimit -r`, /etc/security/limits.conf); without it the node '
+    'says so at start and runs on')
 RTPRIO_HINT = ("grant an rtprio limit (`ulimit -r 99` in the shell that starts it, or a line "
                "'<user> - rtprio 99' in /etc/security/limits.conf, then log in again) or run "
                'as root; see docs/real_robot.md, real-time scheduling')
