@@ -87,9 +87,13 @@ def walk(duration, folder, thread_priority=None, policy_timeout=0.06):
                     stop.wait(0.1)
             threading.Thread(target=teleop, daemon=True).start()
             try:
-                wait_for(lambda: len(poses) > 20, 60, what='sim/base_pose')
-                wait_for(lambda: rig.state('output') not in (None, 'waiting'), 30,
-                         what='the supervisor receiving joint_states')
+                wait_for(lambda: len(poses) > 20, 900, interval=0.5, what='sim/base_pose')
+                wait_for(lambda: rig.state('output') not in (None, 'waiting'), 900,
+                         interval=0.5, what='the supervisor receiving joint_states')
+                # A shared machine may take minutes to start a process (its imports run at
+                # the normal priority): the runner says when it is up.
+                wait_for(lambda: 'Disabled until' in rig.procs['policy_runner'].output(),
+                         900, interval=0.5, what='policy_runner up')
                 assert rig.enable_policy().success
                 bringup_estop = rig.state('estop_cause') if rig.state('estop') else None
                 if bringup_estop:   # as test_g1_walk: reset as an operator would

@@ -92,7 +92,7 @@ def main():
     summary = {'robot': args.robot, 'results': str(out), 'load': args.load,
                'thread_priority': args.thread_priority}
     try:
-        deadline = time.monotonic() + 300   # a shared machine starts eleven processes slowly
+        deadline = time.monotonic() + 900   # a shared machine starts eleven processes slowly
         while not all(n in {x.split('/')[-1] for x in ros.node_names()} for n in only):
             dead = [s.name for s, p, _ in procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
