@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +42,10 @@ def main():
     parser.add_argument('--joints', nargs='*', default=None,
                         help='joints to identify (default: the robot file\'s `joints`)')
     parser.add_argument('--out', default='', help='results folder (default: a temp folder)')
+    parser.add_argument('--thread-priority', type=int, default=None,
+                        help='thread_priority of every node (default: the robot file)')
+    parser.add_argument('--load', type=int, default=0,
+                        help='busy loops (`while 1: pass`, nice 0) beside the run')
     args = parser.parse_args()
     from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
     localhost_discovery()   # and ROS_LOCALHOST_ONLY=1 on Humble
@@ -62,6 +67,11 @@ def main():
         for n in NODES:
             over[n]['joints'] = list(args.joints)
     over['safety_supervisor'] = {'stage_file': str(out / 'stages.json'), 'resume_stage': False}
+    if args.thread_priority is not None:
+        for n in NODES + ('safety_supervisor', 'sim_robot'):
+            over.setdefault(n, {})['thread_priority'] = args.thread_priority
+    loads = [subprocess.Popen([sys.executable, '-c', 'while 1: pass'])
+             for _ in range(args.load)]
     graph = build_graph(args.robot, sysid=True, overrides=over)
     only = ['sim_robot', 'safety_supervisor'] + list(NODES)
     procs = start_graph(graph, log_dir=out / 'logs', quiet=True, only=only)
@@ -79,9 +89,10 @@ def main():
             transport.append(time.time() - stamp_to_sec(msg.header.stamp))
     ros.node.create_subscription(JointState, 'sysid/command', on_sysid, 100)
     ros.node.create_subscription(JointState, 'hardware/command', on_hw, 100)
-    summary = {'robot': args.robot, 'results': str(out)}
+    summary = {'robot': args.robot, 'results': str(out), 'load': args.load,
+               'thread_priority': args.thread_priority}
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 900   # a shared machine starts eleven processes slowly
         while not all(n in {x.split('/')[-1] for x in ros.node_names()} for n in only):
             dead = [s.name for s, p, _ in procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
@@ -145,6 +156,9 @@ def main():
     finally:
         ros.close()
         stop_graph(procs)
+        for p in loads:
+            p.kill()
+            p.wait()
     print(json.dumps(summary))
     return 1 if summary.get('failures') else 0
 

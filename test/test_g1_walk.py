@@ -6,7 +6,6 @@ deployment; the test holds cmd_vel at the reference's 0.5 m/s. The lockstep pari
 compares step by step; this one is the real-time chain, where a start-up sequence or a timing
 rule that makes the robot fall shows (a fixed-pose ease-in toppled it after 0.7 m).
 """
-import re
 import threading
 
 from geometry_msgs.msg import PoseStamped, Twist
@@ -58,16 +57,10 @@ def walk_once(tmp_path):
             wait_for(lambda: rig.state('output') not in (None, 'waiting'), 30,
                      what='the supervisor receiving joint_states')
             assert rig.enable_policy().success
-            # An e-stop while it hung in the gantry, before the policy ran (CI once: a 200 ms
-            # stall of the 2-core machine, 'imu header stamp is 200 ms old'), is reset as an
-            # operator would: policy_runner commands the measured pose until admitted. The
-            # walk itself must then see no e-stop.
+            # No reset of an e-stop in the gantry any more (CI once: a 200 ms stall of the
+            # 2-core machine, 'imu header stamp is 200 ms old'): the loops run on SCHED_FIFO
+            # (thread_priority), issue 42. The walk is judged with it.
             bringup_estop = rig.state('estop_cause') if rig.state('estop') else None
-            if bringup_estop:
-                wait_for(lambda: rig.call('reset').success, 30, interval=0.5,
-                         what=f'a reset after the bring-up e-stop ({bringup_estop})')
-                wait_for(lambda: rig.state('output') == 'forwarding', 30,
-                         what='the policy forwarded after the reset')
             start = poses.all()[-1][1].pose.position
             t0 = poses.all()[-1][0]
             wait_for(lambda: poses.all()[-1][0] - t0 > WALK_S, WALK_S + 30, interval=0.1,
@@ -83,32 +76,10 @@ def walk_once(tmp_path):
                 'supervisor_log': rig.procs['safety_supervisor'].output(), 'logs': rig.logs()}
 
 
-def starved(run):
-    """The walk fell within a second of the supervisor finding the policy stale: the 2-core
-    machine starved policy_runner (CI, 2026-11-26: its commands 61 ms old against a 60 ms
-    timeout twice in 60 ms, the last target held, the e-stop for tilt 80 ms later, after
-    4.62 m). Short stale spells happen in walks that do not fall (62-66 ms, two in 8 s on an
-    idle machine); the product did what it says, the machine did not keep the policy's rate."""
-    if run['low'] > FALL_Z and not run['estop']:
-        return False
-    stale, estop = [], None
-    for line in run['supervisor_log'].splitlines():
-        stamp = re.match(r'\[\w+\] \[(\d+\.\d+)\]', line)
-        if not stamp:
-            continue
-        if 'policy stale ->' in line:
-            stale.append(float(stamp.group(1)))
-        elif 'E-STOP' in line and estop is None:
-            estop = float(stamp.group(1))
-    end = estop if estop is not None else (stale[-1] if stale else 0.0)
-    return any(end - 1.0 <= t <= end for t in stale)
-
-
 def test_the_supervised_g1_walks_in_real_time(ros, g1_dir, tmp_path):
-    run = walk_once(tmp_path / 'first')
-    if starved(run):      # once more: a starved policy is the machine's load, named
-        print(f'walk stopped by a stale policy ({run["estop_cause"]!r}); running it again')
-        run = walk_once(tmp_path / 'again')
+    # Once (issue 42): a fall after a stale policy was run again here; the stalls were the
+    # full garbage collections and the loops on the normal scheduler of a busy machine.
+    run = walk_once(tmp_path)
     assert run['low'] > FALL_Z and not run['estop'], (
         f'the G1 fell: base down to {run["low"]:.2f} m after {run["distance"]:.2f} m; e-stop '
         f'{run["estop_cause"]!r} (before the walk: {run["bringup_estop"]!r})\n{run["logs"]}')

@@ -237,17 +237,12 @@ def test_deploy_launch_without_arguments_runs_the_default_robot(ros2_env, outsid
         assert_ok(ros2(ros2_env, outside, 'service', 'call', '/policy_runner/enable',
                        'std_srvs/srv/SetBool', '{data: true}'))
 
-        def forwarding_or_reset():
-            # A bring-up watchdog e-stop (a starved 2-core machine; see the README sequence)
-            # is reset as an operator would, and printed; the policy must then be forwarded.
-            if p.forwarding():
-                return True
-            if p.safety and p.safety[-1].get('estop'):
-                print(f"RESET after a bring-up e-stop: {p.safety[-1].get('estop_cause')}")
-                ros2(ros2_env, outside, 'service', 'call', '/safety/reset', 'std_srvs/srv/Trigger')
-            return False
-        wait_for(forwarding_or_reset, 60, interval=1.0,
-                 what='the policy forwarded on hardware/command')
+        # No reset of a bring-up watchdog e-stop any more (issue 42): its cause, the loops
+        # starved on a busy 2-core machine, is what thread_priority (SCHED_FIFO) removes.
+        def forwarding():
+            assert not (p.safety and p.safety[-1].get('estop')), p.safety[-1]
+            return p.forwarding()
+        wait_for(forwarding, 60, interval=1.0, what='the policy forwarded on hardware/command')
         out = assert_ok(ros2(ros2_env, outside, 'service', 'call', '/safety/estop',
                              'std_srvs/srv/Trigger'))
         # Latched by this call, or just before it by a watchdog: in one CI run the supervisor
@@ -262,7 +257,7 @@ def test_deploy_launch_without_arguments_runs_the_default_robot(ros2_env, outsid
         # Released again, so that the stop below starts from a forwarding supervisor: its
         # before_shutdown must be what leaves the safe command last.
         # The arm sags while damped: a reset is refused until the joints are still (as an
-        # operator would, it is tried again).
+        # operator would, it is tried again: the refusal is the product's rule, kept).
         wait_for(lambda: 'success=True' in ros2(ros2_env, outside, 'service', 'call',
                                                 '/safety/reset', 'std_srvs/srv/Trigger').stdout,
                  60, interval=1.0, what='the reset accepted')
@@ -362,22 +357,13 @@ WATCHDOG_ESTOP = ('E-STOP: joint_states stale', 'E-STOP: supervisor stalled')
 
 
 def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe):
-    """The README's command block as it is: a friction result within 5 %, gap scored."""
-    for attempt in (1, 2, 3):
-        try:
-            return readme_friction_sequence(ros2_env, outside / f'run{attempt}', probe,
-                                            f'sysid{attempt}')
-        except AssertionError as exc:
-            log = outside / f'run{attempt}' / f'sysid{attempt}.log'
-            text = log.read_text(errors='replace') if log.is_file() else ''
-            causes = [line for line in text.splitlines() if any(k in line for k in WATCHDOG_ESTOP)]
-            # an experiment that failed after disturbances (the machine's load, named in the
-            # result) is run once more, as simreal demo does
-            disturbed = 'disturbance(s) of this joint' in str(exc)
-            if attempt == 3 or not (causes or disturbed):
-                raise
-            why = causes[0][-200:] if causes else 'the experiment failed after disturbances'
-            print(f'RETRY {attempt}: {why} (failure: {str(exc).splitlines()[0][:300]})')
+    """The README's command block as it is: a friction result within 5 %, gap scored.
+
+    Run once (issue 42): a watchdog e-stop or a disturbed experiment on a loaded machine was
+    run again here; their causes were the product's (the SysID node's stalls, the loops on
+    the normal scheduler) and are fixed, so either now fails the test.
+    """
+    readme_friction_sequence(ros2_env, outside / 'run', probe, 'sysid')
 
 
 def readme_friction_sequence(ros2_env, outside, probe, name):
@@ -417,7 +403,8 @@ def readme_friction_sequence(ros2_env, outside, probe, name):
                 continue
             # ci16: `ros2 param set /friction_id` answered "Node not found" after `ros2 node
             # list` (the same daemon) had shown the seven nodes; a user types it again, and
-            # so does this test, for 20 s (each try named in the output)
+            # so does this test, for 20 s (each try named in the output). Kept (issue 42):
+            # the ros2 command line's discovery, not the robot's graph
             results = []
 
             def run_once(words=words):

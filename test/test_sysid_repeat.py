@@ -266,3 +266,24 @@ def test_disturbances_that_never_stop_cut_the_joint_short_and_name_them(tmp_path
     assert 'disturbance(s) of this joint' in failure['detail'], failure
     assert 'safety_supervisor held the commands' in failure['detail'], failure
     assert failure['repeats'] and session.commanding_done
+
+
+def test_a_joints_recording_is_made_by_its_estimation_not_in_the_command_loop(tmp_path,
+                                                                              nominal):
+    """finish_joint runs in the node's command tick: making some 20,000 samples into arrays
+    there held the commands 43-55 ms at each joint's end (issue 42's trace). It hands the log
+    to the estimation callable instead. Fails when finish_joint builds the recording itself."""
+    session = SysidSession('friction', short('friction'), nominal, 'arm3', ['shoulder_pitch'],
+                           np.zeros(3), str(tmp_path))
+    session.command(0.0)
+    for k in range(20):
+        session.add_sample(0.002 * k, [0.0] * 3, [0.0] * 3, [0.0] * 3)
+    made = []
+    build = session._recording
+    session._recording = lambda *a: made.append(len(a[1])) or build(*a)
+    work = session.finish_joint()
+    assert made == []                        # nothing built in the command loop
+    assert session.samples == []             # the next joint logs afresh
+    work()
+    assert made == [20]                      # built by the estimation, from the handed log
+    assert session.failures                  # 20 still samples estimate nothing: said so

@@ -27,7 +27,9 @@ def state_of(ns, env):
     """The robot's safety/state, read by a CLI process (the -n route a user takes). A reader
     that discovered nothing in 10 s is started once more, as a user would run the command
     again: ci12 saw one fresh process get no latched /left/safety/state in 10 s while the
-    graph ran (the next reads got it); the robot's behaviour is what the callers assert."""
+    graph ran (the next reads got it); the robot's behaviour is what the callers assert.
+    Kept (issue 42): this is DDS discovery of a fresh process on a busy computer, outside the
+    robot's graph; `simreal status` typed a second time is what a user does."""
     code = ('import json, sys; from simreal_ros.client.ros import Ros, safety_state; '
             f'r = Ros({ns!r})\ntry: print(json.dumps(safety_state(r, timeout=10)))\n'
             'finally: r.close()')
@@ -200,7 +202,10 @@ def test_sysid_on_one_robot_while_the_other_deploys(two_robots):
                  what='right forwarding its policy')
     except AssertionError as exc:
         raise AssertionError(f'{exc}; right: {state_of("right", env)}') from None
-    for attempt in range(2):   # a disturbed experiment (a stall of the machine) once more
+    # A disturbed experiment (a stall of the machine) once more. Kept after issue 42 for
+    # now: with two whole graphs on SCHED_FIFO on 2 cores beside other users' load it still
+    # failed 2 of 3 runs (cause not yet traced); the retry still hides a fault.
+    for attempt in range(2):
         code, out = simreal('-n', 'left', 'sysid', 'latency', '--joints', 'elbow_pitch',
                             env=env, timeout=300)
         if code == 0 or 'disturbance(s) of this joint' not in out:

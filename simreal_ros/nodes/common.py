@@ -71,8 +71,12 @@ def set_process_nice(nice):
             pass   # a thread that ended meanwhile
 
 
-def declare_priority(node, default):
+def declare_priority(node, default, thread_priority=0):
     """Declare `process_priority` (a nice value) and apply it; return (applied, message).
+
+    Also declares `thread_priority` (default `thread_priority`), kept in
+    `node.thread_priority`: the real-time priority run() gives the node's loop thread
+    (set_thread_priority).
 
     The time-critical nodes ask for more CPU priority than everything else on the computer,
     as ros2_control_node asks for its real-time thread: on a 2-core machine a `ros2` command
@@ -85,6 +89,9 @@ def declare_priority(node, default):
                    'start (lower = more CPU priority; 0 = leave as started). Needs root or '
                    'CAP_SYS_NICE to go below 0; without it a warning, and the node runs on',
                    low=-20, high=19, read_only=True)
+    node.thread_priority = declare(node, 'thread_priority', int(thread_priority),
+                                   THREAD_PRIORITY_DOC, low=0, high=99, read_only=True)
+    node.lock_memory = declare(node, 'lock_memory', False, LOCK_MEMORY_DOC, read_only=True)
     if nice == 0:
         return False, 'process_priority 0: left as started'
     try:
@@ -96,6 +103,168 @@ def declare_priority(node, default):
                 'docs/real_robot.md')
         node.get_logger().warning(text)
         return False, text
+
+
+GIL_SWITCH_S = 0.0005   # see run()
+TRACE_ENV = 'SIMREAL_TIMING_TRACE'
+
+
+class TimingTrace:
+    """This process's timing events for bench/policy_staleness.py, kept only when the
+    environment variable SIMREAL_TIMING_TRACE names a folder (`timing_trace()` is None
+    otherwise, and the nodes record nothing).
+
+    Nodes add events with `add(kind, *values)` (times on the system clock, time.time(), which
+    is ROS time off simulation, so the processes' events compare); the garbage collector's
+    pauses of 0.1 ms and more are recorded as ('gc', start, seconds, generation). run() writes
+    <folder>/<node name>-<pid>.json at exit.
+    """
+
+    def __init__(self, folder, keep=200000):
+        import gc
+        self.folder = folder
+        self.keep = keep
+        self.events = []
+        self.gc_total = [0, 0, 0]   # collections per generation
+        self._gc_start = None
+        gc.callbacks.append(self._on_gc)
+
+    def add(self, kind, *values):
+        if len(self.events) < self.keep:
+            self.events.append((kind,) + values)
+
+    def _on_gc(self, phase, info):
+        if phase == 'start':
+            self._gc_start = time.perf_counter()
+            return
+        if self._gc_start is None:
+            return
+        seconds = time.perf_counter() - self._gc_start
+        self._gc_start = None
+        generation = info.get('generation', 0)
+        self.gc_total[generation] += 1
+        if seconds >= 1e-4:
+            self.add('gc', time.time() - seconds, seconds, generation)
+
+    def write(self, name):
+        import json
+        os.makedirs(self.folder, exist_ok=True)
+        path = os.path.join(self.folder, f'{name}-{os.getpid()}.json')
+        with open(path + '.part', 'w') as f:
+            json.dump({'node': name, 'pid': os.getpid(), 'gc_collections': self.gc_total,
+                       'events': self.events}, f)
+        os.replace(path + '.part', path)
+        return path
+
+
+_TRACE = []
+
+
+def timing_trace():
+    """The process's TimingTrace when SIMREAL_TIMING_TRACE is set, else None."""
+    if not _TRACE:
+        folder = os.environ.get(TRACE_ENV)
+        _TRACE.append(TimingTrace(folder) if folder else None)
+    return _TRACE[0]
+
+
+THREAD_PRIORITY_DOC = (
+    "real-time priority (SCHED_FIFO, 1-99) of the node's loop thread, as controller_manager's "
+    "thread_priority, and of the process's other threads (they share Python's lock); 0 = off "
+    '(process_priority only); lock_memory adds mlockall. Needs root or an rtprio limit '
+    '(`ulimit -r`, /etc/security/limits.conf); without it the node says so at start and runs '
+    'on')
+LOCK_MEMORY_DOC = (
+    'with thread_priority: lock the process in memory (mlockall, current and future pages), '
+    'so no page is swapped out or faulted in late. Off by default: a Python node maps 0.9-1.5 '
+    'GB (every library, every thread stack) and locking faults all of it in, a whole graph '
+    'more than a small robot computer has; turn it on where the computer swaps and has room')
+RTPRIO_HINT = ("grant an rtprio limit (`ulimit -r 99` in the shell that starts it, or a line "
+               "'<user> - rtprio 99' in /etc/security/limits.conf, then log in again) or run "
+               'as root; see docs/real_robot.md, real-time scheduling')
+MCL_CURRENT, MCL_FUTURE = 1, 2
+
+
+def lock_memory():
+    """mlockall(MCL_CURRENT | MCL_FUTURE); return '' or why it failed."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mlockall(MCL_CURRENT | MCL_FUTURE) == 0:
+            return ''
+        return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        return str(exc)
+
+
+def set_thread_priority(priority, lock=True):
+    """Put this process's threads on SCHED_FIFO at `priority` and, with `lock`, lock its
+    memory; return (applied, the start-up line). Call it from the loop thread.
+
+    As ros2_control's controller_manager does for its update loop: the thread that must keep
+    its period preempts every normal thread (other processes' busy loops too), and no page of
+    the process is swapped out or faulted in late. In Python every thread of the process
+    takes Python's lock (the GIL) in turn: a middleware or worker thread holding it while
+    preempted by ordinary work stops the loop thread as surely as its own preemption, so
+    every thread of the process gets the priority (threads started later inherit it). Needs
+    root or an rtprio limit of at least `priority`; without it nothing changes and the line
+    says what to grant.
+    """
+    import threading
+    tid = threading.get_native_id()
+    if priority <= 0:
+        return False, 'thread_priority 0: the loop thread keeps the normal scheduler'
+    param = os.sched_param(int(priority))
+    try:
+        os.sched_setscheduler(tid, os.SCHED_FIFO, param)
+    except (OSError, AttributeError) as exc:
+        why = getattr(exc, 'strerror', None) or str(exc)
+        try:
+            import resource
+            limit = resource.getrlimit(resource.RLIMIT_RTPRIO)[0]
+            why += f'; rtprio limit {"unlimited" if limit < 0 else limit}'
+        except (ImportError, AttributeError, ValueError, OSError):
+            pass
+        return False, (f'thread_priority {priority} not applied ({why}): the loop thread runs '
+                       f'on the normal scheduler at its nice value; {RTPRIO_HINT}')
+    others = 0
+    for task in _tasks():
+        if task != tid:
+            try:
+                os.sched_setscheduler(task, os.SCHED_FIFO, param)
+                others += 1
+            except OSError:
+                pass   # a thread that ended meanwhile
+    text = (f'loop thread {tid} and {others} other thread(s) on SCHED_FIFO priority '
+            f'{priority}')
+    if lock:
+        failed = lock_memory()
+        text += (', memory locked (mlockall)' if not failed else
+                 f'; memory not locked ({failed}: raise `ulimit -l` / limits.conf memlock)')
+    return True, text
+
+
+def _tasks():
+    """This process's thread ids (just this one where /proc is missing)."""
+    try:
+        return [int(t) for t in os.listdir('/proc/self/task')]
+    except OSError:
+        return [0]
+
+
+def freeze_start_up_objects():
+    """Collect once, then leave every object made so far out of later garbage collections
+    (gc.freeze), before the node's loop starts.
+
+    A node's start-up leaves a large heap of long-lived objects (rclpy, numpy, onnxruntime,
+    MuJoCo, the robot file) that the loop never frees; a full (generation 2) collection went
+    through all of them while the loop waited: 17-47 ms in policy_runner and 47-192 ms in
+    sim_robot (bench/policy_staleness.py traces), a policy command three periods old at the
+    supervisor. Frozen, a collection only visits what the loop itself made.
+    """
+    import gc
+    gc.collect()
+    gc.freeze()
 
 
 def stamp_to_sec(stamp):
@@ -554,6 +723,7 @@ def run(node_class, args=None):
     stop = _Stop()
     _stacks_on_sigusr1()
     localhost = localhost_requested(os.environ)
+    trace = timing_trace()
     transport = prefer_udp_transport()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     node = None
@@ -565,6 +735,20 @@ def run(node_class, args=None):
         executor, node.executor_kind = make_executor(getattr(node, 'executor_kind', 'events'))
         _say_transport(node, localhost, transport)
         executor.add_node(node)
+        freeze_start_up_objects()
+        # A thread that computes (SysID's estimation) keeps Python's lock (GIL) for up to
+        # this long before the loop thread may have it: 5 ms by default, which the loop pays
+        # at every wake-up (SysID commands 35-66 ms apart while estimating, traced).
+        sys.setswitchinterval(GIL_SWITCH_S)
+        priority = getattr(node, 'thread_priority', 0)
+        if priority:   # this thread spins the node: its loop thread
+            applied, text = set_thread_priority(priority,
+                                                lock=getattr(node, 'lock_memory', False))
+            node.realtime = text
+            if applied:
+                node.get_logger().info(text)
+            else:
+                node.get_logger().warning(text)
         hot = getattr(node, 'hot_loop', None)
         if hot is not None and hot.take_over():
             spin_hot(executor, hot, lambda: stop.signal is None, node.context)
@@ -591,6 +775,8 @@ def run(node_class, args=None):
                 node.destroy_node()
             rclpy.try_shutdown()
         stop.restore()
+        if trace is not None:
+            trace.write(name)
     if stop.signal is not None and code == 0:
         print(f'[{name}] finished cleanly', file=sys.stderr, flush=True)
     return code

@@ -40,7 +40,8 @@ from simreal_ros.core.policy import (RUNNER_PARAMETERS, CommandLimits, LoopTimin
                                      PhaseAligner, PolicyController, StartPhase)
 from simreal_ros.nodes.common import (COMMAND_QOS, EXECUTOR_DOC, SENSOR_SUB_QOS,
                                       PolledSubscription, declare, declare_priority,
-                                      deserialize_or_none, diag_name, run, stamp_to_sec)
+                                      deserialize_or_none, diag_name, hot_timer_callback,
+                                      run, stamp_to_sec, timing_trace)
 
 
 ALIGN_EARLY_S = 0.0012   # see _schedule_alignment
@@ -53,7 +54,7 @@ class PolicyRunner(Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
-        self.priority = declare_priority(self, -5)   # before the work starts
+        self.priority = declare_priority(self, -5, 50)   # before the work starts
         params = self._declare_parameters()
         # A relative policy_path is relative to the parameter file that sets it.
         self.ctl = PolicyController(params, source=self.get_name(), params_file=setting_file(
@@ -78,6 +79,7 @@ class PolicyRunner(Node):
                              cmd_vel_rejected=0, cmd_vel_timeouts=0, handovers=0,
                              imu_taken=0)
         self.last_problem = ''
+        self.trace = timing_trace()   # bench/policy_staleness.py's events, else None
         self.timing = LoopTiming(self.period)
         self._lock = threading.Lock()
         self._joint = None   # (msg, arrival monotonic)
@@ -122,7 +124,9 @@ class PolicyRunner(Node):
         self.create_service(SetBool, '~/enable', self._on_enable, callback_group=control)
         self.create_service(Trigger, '~/reset', self._on_reset, callback_group=control)
         self.control = control
-        self.tick_timer = self.create_timer(self.period, self._tick, callback_group=control)
+        # Without arguments: rclpy passed its TimerInfo as `aligned` (a true value).
+        self.tick_timer = self.create_timer(self.period, hot_timer_callback(self._tick),
+                                            callback_group=control)
         # Phase alignment to joint_states (wall clock only: on /clock the timer already fires
         # on the simulation's clock messages; in lockstep the observation drives the step).
         if params['align_mode'] not in ('await', 'after'):
@@ -272,6 +276,8 @@ class PolicyRunner(Node):
 
     def _on_joint_states(self, msg):
         arrival = time.perf_counter()
+        if self.trace is not None:
+            self.trace.add('js', stamp_to_sec(msg.header.stamp), time.time())
         self._joint = (msg, arrival)
         self._joint_seq += 1
         if self.lockstep:
@@ -467,6 +473,8 @@ class PolicyRunner(Node):
             return   # the aligned tick, due within a period, takes this one's place
         now = self._now()
         wall0 = time.perf_counter()
+        if self.trace is not None:
+            self.trace.add('tick', time.time(), bool(aligned))
         with self._lock:
             self.counters['ticks'] += 1
             if not self.enabled:
@@ -495,6 +503,8 @@ class PolicyRunner(Node):
             stale, late_imu = self._stale(imu, 'imu', now)
             late = late or late_imu
         if stale:
+            if self.trace is not None:
+                self.trace.add('stale', time.time(), stale)
             self.counters['stale_ticks'] += 1
             self.last_problem = stale
             self._warn('stale', f'not publishing: {stale}')
@@ -534,6 +544,7 @@ class PolicyRunner(Node):
             self._compute_and_publish(joint, imu, self._now())
 
     def _compute_and_publish(self, joint, imu, now):
+        begun = time.time()
         msg, arrival = joint
         stamp = stamp_to_sec(msg.header.stamp)
         ahead = max(stamp, stamp_to_sec(imu[0].header.stamp) if imu is not None else stamp) - now
@@ -602,6 +613,9 @@ class PolicyRunner(Node):
             out.effort = targets.tolist()
         self.pub_cmd.publish(out)
         published = time.perf_counter()
+        if self.trace is not None:   # sample stamp, compute start, inference, publish
+            self.trace.add('pub', stamp, begun, inference, time.time(),
+                           published - arrival)
         last, self._last_publish = self._last_publish, published
         if last is not None and not self.lockstep and published - last < 1.5 * self.period:
             self.timing.record('publish_period_err_ms',

@@ -48,7 +48,7 @@ from simreal_ros.core.publishers import PublisherRule
 from simreal_ros.nodes.common import (COMMAND_QOS, LATCHED_QOS, SENSOR_SUB_QOS, HotLoop,
                                       PolledSubscription, PublisherWatch, declare_priority,
                                       deserialize_or_none, run,
-                                      stamp_to_sec)
+                                      stamp_to_sec, timing_trace)
 from simreal_ros.nodes.safety_supervisor_params import Parameters
 from simreal_ros.nodes.safety_supervisor_report import Reporting
 from simreal_ros.nodes.safety_supervisor_services import Services
@@ -64,7 +64,7 @@ class SafetySupervisor(Parameters, Services, Reporting, Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
-        self.priority = declare_priority(self, -10)   # before the work starts
+        self.priority = declare_priority(self, -10, 50)   # before the work starts
         p = self._declare_parameters()
         cfg = SupervisorConfig.from_params(p, source=self.NODE_NAME)
         self.core = Supervisor(cfg, self._now())
@@ -269,6 +269,9 @@ class SafetySupervisor(Parameters, Services, Reporting, Node):
 
     def _on_command(self, source, msg):
         now = self._now()
+        trace = timing_trace()   # bench/policy_staleness.py's events, else None
+        if trace is not None:
+            trace.add('cmd', source, stamp_to_sec(msg.header.stamp), now, time.time())
         with self._lock:
             self._take_inputs(now)   # the newest state for a command forwarded at once
             ok, reason = self.core.on_command(source, msg.name, msg.position, msg.velocity,

@@ -62,7 +62,7 @@ class SimRobot(Parameters, Lockstep, UnitreeInterface, Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
-        self.priority = declare_priority(self, -10)   # before the work starts
+        self.priority = declare_priority(self, -10, 50)   # before the work starts
         p = self._declare_parameters()
         # Relative to the robot file that sets it first, as every *_path (core/config.py).
         model_path = resolve_path(p['model_path'], what='sim_robot parameter model_path',

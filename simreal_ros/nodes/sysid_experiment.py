@@ -35,7 +35,7 @@ from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
 from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
 from simreal_ros.nodes.common import (LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare,
-                                      per_robot_dir)
+                                      declare_priority, per_robot_dir, timing_trace)
 from simreal_ros.core.bridge.params import bridge_parameters
 
 SUBSCRIBE_GRACE_S = 1.0   # first joint_states after ~/start subscribes (DDS matching)
@@ -90,6 +90,8 @@ class SysidNode(Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
+        self.priority = declare_priority(self, 0, 50)   # before the work starts
+        self.trace = timing_trace()   # bench/policy_staleness.py's events, else None
         p = self._declare_parameters()
         self.p = p
         self.robot = p['robot_name'] or 'robot'
@@ -484,6 +486,7 @@ class SysidNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _tick(self):
+        begun = time.time()
         with self._lock:
             session = self.session
             if session is None:
@@ -515,9 +518,11 @@ class SysidNode(Node):
             msg.velocity = [float(v) for v in vel]
             msg.effort = [float(v) for v in eff]
             self.pub_cmd.publish(msg)
+            if self.trace is not None:   # tick start, publish
+                self.trace.add('sysid', begun, time.time())
             if session.joint_over(now):
                 work = session.finish_joint()
-                worker = threading.Thread(target=work, daemon=True)
+                worker = threading.Thread(target=self._estimate, args=(work,), daemon=True)
                 worker.start()
                 self.workers.append(worker)
             if now - self._last_progress >= 0.5:
@@ -526,6 +531,24 @@ class SysidNode(Node):
                 self._publish_progress(info)
             if session.commanding_done and not any(w.is_alive() for w in self.workers):
                 self._finish(session)
+
+    def _estimate(self, work):
+        """Run a joint's estimation (worker thread).
+
+        With thread_priority the thread starts on SCHED_FIFO as the loop's; it goes to real-time
+        priority 1: below every loop thread, above ordinary work. Not lower: it holds Python's
+        lock (GIL) while it computes, and preempted by ordinary work it would keep the loop
+        thread waiting for it.
+        """
+        begun = time.time()
+        if os.sched_getscheduler(0) == os.SCHED_FIFO:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+            except OSError:
+                pass
+        work()
+        if self.trace is not None:
+            self.trace.add('estimate', begun, time.time())
 
     def _publish_progress(self, info):
         if self.samples_without_effort:

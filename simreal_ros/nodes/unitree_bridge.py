@@ -48,7 +48,7 @@ class UnitreeBridge(Node):
 
     def __init__(self):
         super().__init__(self.NODE_NAME)
-        self.priority = declare_priority(self, -10)
+        self.priority = declare_priority(self, -10, 50)
         p = self._declare_parameters()
         cfg = BridgeConfig(
             interface=p['interface'], joint_names=p['joint_names'],

@@ -231,9 +231,14 @@ class SysidSession:
         return out
 
     def finish_joint(self):
-        """Close the current joint's log; return a callable that estimates and stores results."""
+        """Close the current joint's log; return a callable that estimates and stores results.
+
+        Cheap: the log is handed to the callable, which makes it a recording (numpy arrays
+        of some 20,000 samples: 43-55 ms, bench/policy_staleness.py's trace of friction_id)
+        in the caller's worker thread, not in the command loop.
+        """
         exp = self.experiment
-        rec = self._recording(exp)
+        samples, cmd_log = self.samples, self.cmd_log
         t0 = self.t0
         cut, self._cut_short = self._cut_short, None
         self.index += 1
@@ -241,7 +246,7 @@ class SysidSession:
         self._reset_log()
         if cut is not None:
             return lambda: self._cut_short_failure(exp, *cut)
-        return lambda: self._identify_safely(exp, rec, t0)
+        return lambda: self._identify_safely(exp, (samples, cmd_log), t0)
 
     def _disturbance_summary(self, joint):
         """This joint's repeats and ' (N disturbance(s) of this joint: ...)', or ''."""
@@ -266,18 +271,18 @@ class SysidSession:
                            'nothing estimated' + summary),
                 'repeats': repeats})
 
-    def _identify_safely(self, exp, rec, t0):
+    def _identify_safely(self, exp, log, t0):
         try:
-            self._identify(exp, rec, t0)
+            self._identify(exp, self._recording(exp, *log), t0)
         except Exception as exc:  # noqa: BLE001 - reported as this joint's failure
             with self._lock:
                 self.failures.append({'joint': exp.joint, 'reason': 'internal error',
                                       'detail': f'{type(exc).__name__}: {exc}'})
 
-    def _recording(self, exp):
-        cmd_t = np.array([c[0] for c in self.cmd_log])
-        rows = np.array([c[1] for c in self.cmd_log], dtype=int)
-        s = self.samples
+    def _recording(self, exp, samples, cmd_log):
+        cmd_t = np.array([c[0] for c in cmd_log])
+        rows = np.array([c[1] for c in cmd_log], dtype=int)
+        s = samples
         if len(s) < 10 or len(rows) < 2:
             return None
         t = np.array([x[0] for x in s])
