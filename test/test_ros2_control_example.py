@@ -37,7 +37,8 @@ URDF = EXAMPLE / 'arm3.urdf'
 ARM3 = REPO / 'config' / 'robots' / 'arm3.yaml'
 MJCF = REPO / 'models' / 'arm3' / 'arm3.xml'
 DOC = REPO / 'docs' / 'ros2_control.md'
-NODE_SOURCE = REPO / 'simreal_ros' / 'nodes' / 'safety_supervisor.py'
+# The node's file and its parts (safety_supervisor_<role>.py: parameters, services, reports).
+NODE_SOURCES = sorted((REPO / 'simreal_ros' / 'nodes').glob('safety_supervisor*.py'))
 COMMON_SOURCE = REPO / 'simreal_ros' / 'nodes' / 'common.py'
 
 INTERFACES = {'position', 'velocity', 'effort'}
@@ -233,7 +234,8 @@ def _declared_names(tree, function_calls=('declare',)):
 
 def supervisor_parameters():
     """(names, patterns, node name, array fields the node accepts) read from its source."""
-    tree = ast.parse(NODE_SOURCE.read_text())
+    tree = ast.Module(body=[stmt for path in NODE_SOURCES
+                            for stmt in ast.parse(path.read_text()).body], type_ignores=[])
     names, patterns = _declared_names(tree)
     calls = {getattr(n.func, 'id', '') for n in ast.walk(tree) if isinstance(n, ast.Call)}
     if 'declare_priority' in calls:   # process_priority, declared in nodes/common.py
