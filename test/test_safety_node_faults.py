@@ -4,6 +4,7 @@ The test process plays the driver (joint_states, with glitches on demand) and th
 watches `hardware/command`, `safety/state`, `safety/heartbeat` and `/diagnostics`. Each test
 fails when its rule is removed from the supervisor.
 """
+import bisect
 import json
 import os
 import signal
@@ -49,6 +50,7 @@ class Driver:
         self.last_stamp = None
         self.states_seen = 0      # safety/state messages received
         self.outputs = []         # (monotonic, JointState)
+        self.command_stamps = set()   # (sec, nanosec) of every policy command sent
         self.beats = []           # (monotonic, DiagnosticStatus)
         self.diags = []           # DiagnosticStatus of safety_supervisor
         self.state = {}
@@ -107,6 +109,9 @@ class Driver:
                 if k % 2 == 0 and self.target is not None:
                     cmd = JointState(name=NAMES, position=list(self.target))
                     cmd.header.stamp = self.node.get_clock().now().to_msg()
+                    with self.lock:
+                        self.command_stamps.add((cmd.header.stamp.sec,
+                                                 cmd.header.stamp.nanosec))
                     self.pub_cmd.publish(cmd)
             k += 1
             self.loops = k
@@ -335,17 +340,27 @@ def test_stalled_supervisor_sends_nothing_computed_from_old_state(ros, tmp_path)
                 assert not drv.get('estop')
                 forwarding(drv)
                 return
-            # Nothing is published during the stall: the first output stamped after it began
-            # was made after the resume (safe outputs carry the supervisor's time, forwarded
-            # ones the stamp of a command sent during the stall).
-            first = wait_for(lambda: next(
-                (m for _, m in drv.since(0.0)
-                 if m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 >= stopped), None),
-                5, what='an output after the stall')
-            before = [m for _, m in drv.since(0.0)
-                      if m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 < stopped]
+            # Nothing is published during the stall. The outputs before it forward commands
+            # sent before it began; the first that does not was made after the resume: a
+            # forward of a command sent during the stall, or a safe output (the supervisor's
+            # own stamp: a tick that began just before the stop may carry that time, so the
+            # stamp alone does not tell).
+            def sent_before(m):
+                # A forwarded stamp went through a float of seconds: equal within 1 us.
+                t = m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+                with drv.lock:
+                    sent = sorted(s + n * 1e-9 for s, n in drv.command_stamps)
+                k = bisect.bisect_left(sent, t - 1e-6)
+                return k < len(sent) and abs(sent[k] - t) <= 1e-6 and t < stopped
+
+            def after_stall():
+                outs = [m for _, m in drv.since(0.0) if len(m.position)]
+                start = next(k for k, m in enumerate(outs) if abs(m.position[0] - 0.02) < 1e-9)
+                return next(((outs[k - 1], m) for k, m in enumerate(outs)
+                             if k > start and not sent_before(m)), None)
+            last, first = wait_for(after_stall, 5, what='an output after the stall')
             # Nothing new: the last output repeated (or the safe mode), not a new target.
-            assert list(first.position) == list(before[-1].position), (first, before[-1])
+            assert list(first.position) == list(last.position), (first, last)
             assert abs(first.position[0] - 0.02) < 1e-9
             assert not drv.get('estop')
             forwarding(drv)                                          # and on it goes

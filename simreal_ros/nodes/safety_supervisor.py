@@ -301,8 +301,10 @@ class SafetySupervisor(Parameters, Services, Reporting, Node):
 
     # -- control tick -----------------------------------------------------------------------
     def _tick(self):
-        now = self._now()
         with self._lock:
+            # The time read after the lock: a tick that waited for it (or a process stopped
+            # while it did) decides, and stamps its safe output, at the time it runs.
+            now = self._now()
             self._take_inputs(now)
             out = self.core.tick_output(now, self._wall() if self._wall else None,
                                         self.forward_on_tick)
