@@ -4,8 +4,9 @@ import os
 import pytest
 
 from simreal_ros.core.config import ConfigError
-from simreal_ros.nodes.common import (dds_transport, make_executor, off_loopback,
-                                      prefer_udp_transport, transport_lines, udp_sockets)
+from simreal_ros.nodes.common import (dds_transport, installed_fastdds_major, make_executor,
+                                      off_loopback, prefer_udp_transport, profiles_variables,
+                                      transport_lines, udp_sockets)
 
 
 def test_udp_transport_unless_the_user_chose_one():
@@ -25,9 +26,13 @@ def test_localhost_is_served_by_the_loopback_profile_not_shared_memory():
     env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
     assert prefer_udp_transport(env) == 'loopback UDP'
     assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
-    # Both variables: Fast DDS 2 (Jazzy) reads only the FASTRTPS_ one, Fast DDS 3 the other.
-    assert env['FASTDDS_DEFAULT_PROFILES_FILE'].endswith('config/fastdds/loopback_udp.xml')
-    assert env['FASTRTPS_DEFAULT_PROFILES_FILE'] == env['FASTDDS_DEFAULT_PROFILES_FILE']
+    # The installed Fast DDS's variable only: 2 (Jazzy) reads only the FASTRTPS_ one, 3 reads
+    # the FASTDDS_ one and warns in every process that the other is deprecated.
+    wanted = {3: 'FASTDDS_DEFAULT_PROFILES_FILE', 2: 'FASTRTPS_DEFAULT_PROFILES_FILE'}[
+        installed_fastdds_major()]
+    profiles = {k: v for k, v in env.items() if k.endswith('_DEFAULT_PROFILES_FILE')}
+    assert list(profiles) == [wanted], env
+    assert profiles[wanted].endswith('config/fastdds/loopback_udp.xml')
     assert 'FASTDDS_BUILTIN_TRANSPORTS' not in env
     for chosen in ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE'):
         env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', chosen: '/etc/robot/fastdds.xml'}
@@ -37,6 +42,36 @@ def test_localhost_is_served_by_the_loopback_profile_not_shared_memory():
     env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'FASTDDS_BUILTIN_TRANSPORTS': 'SHM'}
     assert prefer_udp_transport(env) == 'SHM'                  # the user's choice stands
     assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'LOCALHOST'
+
+
+def test_the_profiles_variable_follows_the_fast_dds_library_installed(tmp_path, monkeypatch):
+    # Read from the library folders before rclpy loads the library: ROS_DISTRO is unset by
+    # the PyPI wheels of every distro. This venv's own first (Kilted's rclpy 9: Fast DDS 3,
+    # Jazzy's 7: Fast DDS 2).
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        rclpy_major = int(version('ros-rclpy').split('.')[0])
+    except PackageNotFoundError:       # a sourced ROS 2: its folders are in the environment
+        rclpy_major = None
+    if rclpy_major is not None:
+        assert installed_fastdds_major({}) == (3 if rclpy_major >= 9 else 2)
+    monkeypatch.setattr(sys, 'prefix', str(tmp_path / 'no_venv'))
+    jazzy, kilted = tmp_path / 'jazzy', tmp_path / 'kilted'
+    (jazzy / 'lib').mkdir(parents=True)
+    (kilted / 'lib').mkdir(parents=True)
+    (jazzy / 'lib' / 'libfastrtps.so.2.14.5').write_bytes(b'')
+    (kilted / 'lib' / 'libfastdds.so.3.2.2').write_bytes(b'')
+    assert installed_fastdds_major({'AMENT_PREFIX_PATH': str(jazzy)}) == 2
+    assert profiles_variables({'AMENT_PREFIX_PATH': str(jazzy)}) == (
+        'FASTRTPS_DEFAULT_PROFILES_FILE',)
+    assert installed_fastdds_major({'LD_LIBRARY_PATH': str(kilted / 'lib')}) == 3
+    assert profiles_variables({'LD_LIBRARY_PATH': str(kilted / 'lib')}) == (
+        'FASTDDS_DEFAULT_PROFILES_FILE',)
+    for env in ({}, {'AMENT_PREFIX_PATH': os.pathsep.join([str(jazzy), str(kilted)])}):
+        assert installed_fastdds_major(env) is None        # none or both: both variables
+        assert profiles_variables(env) == ('FASTDDS_DEFAULT_PROFILES_FILE',
+                                           'FASTRTPS_DEFAULT_PROFILES_FILE')
 
 
 def test_transport_is_read_from_the_process_maps(tmp_path, monkeypatch):

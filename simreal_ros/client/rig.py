@@ -44,13 +44,14 @@ def loopback_udp_env():
     transport a robot's computers get from the nodes' FASTDDS_BUILTIN_TRANSPORTS=UDPv4;
     LOCALHOST would add shared memory). Traffic stays on 127.0.0.1."""
     from simreal_ros.core.config import share_dir
-    from simreal_ros.nodes.common import PROFILES_VARIABLES
+    from simreal_ros.nodes.common import PROFILES_VARIABLES, profiles_variables
     profile = str(share_dir() / 'config' / 'fastdds' / 'loopback_udp.xml')
-    # Both variables: Fast DDS 2 (Humble, Jazzy) reads FASTRTPS_DEFAULT_PROFILES_FILE only,
-    # Fast DDS 3 the FASTDDS_ one only. Humble's ROS_LOCALHOST_ONLY=1 would bring shared
-    # memory back (nodes/common.prefer_udp_transport).
+    # The installed Fast DDS's variable: 2 (Humble, Jazzy) reads FASTRTPS_DEFAULT_PROFILES_FILE
+    # only, 3 the FASTDDS_ one (and warns about the other); the other one is removed. Humble's
+    # ROS_LOCALHOST_ONLY=1 would bring shared memory back (nodes/common.prefer_udp_transport).
+    chosen = profiles_variables()
     return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SYSTEM_DEFAULT',
-            **{key: profile for key in PROFILES_VARIABLES},
+            **{key: profile if key in chosen else None for key in PROFILES_VARIABLES},
             'ROS_LOCALHOST_ONLY': None, 'FASTDDS_BUILTIN_TRANSPORTS': None}
 
 

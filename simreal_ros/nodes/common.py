@@ -347,6 +347,39 @@ def fastdds_major(maps='/proc/self/maps'):
     return None
 
 
+def installed_fastdds_major(environ=None):
+    """The major version of the Fast DDS library installed for this process (2 or 3), or None
+    when none or both are found: read before rclpy loads it, from the library folders the
+    loader and ROS use (LD_LIBRARY_PATH, each AMENT_PREFIX_PATH's lib, this Python's prefix).
+    """
+    import glob
+    import sys
+    env = os.environ if environ is None else environ
+    dirs = [d for d in env.get('LD_LIBRARY_PATH', '').split(os.pathsep) if d]
+    dirs += [os.path.join(p, 'lib') for p in env.get('AMENT_PREFIX_PATH', '').split(os.pathsep)
+             if p]
+    dirs.append(os.path.join(sys.prefix, 'lib'))
+    found = set()
+    for d in dict.fromkeys(dirs):
+        if glob.glob(os.path.join(d, 'libfastdds.so.3*')):
+            found.add(3)
+        if glob.glob(os.path.join(d, 'libfastrtps.so.2*')):
+            found.add(2)
+    return found.pop() if len(found) == 1 else None
+
+
+def profiles_variables(environ=None):
+    """The profiles-file variables to set for the Fast DDS installed: FASTDDS_ for 3,
+    FASTRTPS_ for 2 (each reads only its own; Fast DDS 3 also reads FASTRTPS_ but warns that it
+    is deprecated, in every process), both when that cannot be told."""
+    major = installed_fastdds_major(environ)
+    if major == 3:
+        return PROFILES_VARIABLES[:1]
+    if major == 2:
+        return PROFILES_VARIABLES[1:]
+    return PROFILES_VARIABLES
+
+
 def localhost_discovery(environ=None, keep_choice=False):
     """Keep DDS discovery on this computer on every distro; call before rclpy.init.
 
@@ -395,10 +428,11 @@ def prefer_udp_transport(environ=None):
       ROS_LOCALHOST_ONLY=1), where rmw_fastrtps installs its own shared-memory + UDP pair and
       ignores that variable (Humble's rmw_fastrtps 6.2 as Kilted's 9.3), it puts this process
       on config/fastdds/loopback_udp.xml (UDP bound to 127.0.0.1, discovery on loopback),
-      named in both PROFILES_VARIABLES (Fast DDS 2 of Humble and Jazzy reads only
-      FASTRTPS_DEFAULT_PROFILES_FILE, Fast DDS 3 only the FASTDDS_ one; ROS_DISTRO, unset by
-      the PyPI wheels, cannot tell which is installed: with only the FASTDDS_ one, Jazzy's
-      nodes bound UDP to 0.0.0.0 and the external address), with the range SYSTEM_DEFAULT
+      named in the variable of the Fast DDS installed (profiles_variables: Fast DDS 2 of
+      Humble and Jazzy reads only FASTRTPS_DEFAULT_PROFILES_FILE, Fast DDS 3 the FASTDDS_ one
+      and warns about the other; both when the library is not found. ROS_DISTRO, unset by
+      the PyPI wheels, cannot tell: with only the FASTDDS_ one, Jazzy's nodes bound UDP to
+      0.0.0.0 and the external address), with the range SYSTEM_DEFAULT
       and ROS_LOCALHOST_ONLY unset, so that the profile is used: what LOCALHOST promises,
       nothing leaves the computer, without shared memory.
       Processes left on LOCALHOST (the `ros2` command line, its daemon) still find these
@@ -414,7 +448,7 @@ def prefer_udp_transport(environ=None):
     if localhost_requested(env):
         profile = loopback_profile_path()
         if profile is not None:
-            for key in PROFILES_VARIABLES:
+            for key in profiles_variables(env):
                 env[key] = str(profile)
             env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'SYSTEM_DEFAULT'
             env.pop('ROS_LOCALHOST_ONLY', None)
