@@ -12,7 +12,7 @@ from simreal_ros.core.sysid import (IdentificationError, NominalModel, check_lim
                                     design_for, estimate_friction, estimate_inertia,
                                     estimate_latency)
 from simreal_ros.core.sysid.baselines import baseline_friction, baseline_latency
-from simreal_ros.core.sysid.design import limit_usage, load_settings
+from simreal_ros.core.sysid.design import KINDS, limit_usage, load_settings
 from simreal_ros.core.sysid.records import read_mcap, write_mcap
 from simreal_ros.core.sysid.runner import record
 
@@ -45,7 +45,8 @@ def make_plant(sim, tr, seed=3):
 def short(kind, **changes):
     """The arm3 settings of `kind`, shortened for tests."""
     s = load_settings(CONFIG, kind)
-    fast = {'friction': dict(friction_speeds=(0.3, 1.2), sweep_half_range=0.4),
+    fast = {'friction': dict(friction_speeds=(0.3, 1.2), sweep_half_range=0.4,
+                             friction_settled_s=0.0),
             'inertia': dict(inertia_duration_s=5.0),
             'latency': dict(latency_duration_s=2.5)}[kind]
     fast.update(changes)
@@ -69,7 +70,31 @@ def test_designs_stay_inside_limits_and_range(kind, nominal, sim):
         assert np.allclose(exp.position[0], start)          # starts where the robot is
         others = [k for k in range(3) if k != i]
         assert np.allclose(exp.position[moving][:, others], s.hold_position[others])
-        assert exp.duration < 30.0
+        # the three experiments of a joint fit the robot-time budget (bench/sysid_accuracy.py)
+        total = sum(design_for(k, joint, load_settings(CONFIG, k), nominal, start).duration
+                    for k in KINDS)
+        assert total <= 60.0
+
+
+def test_friction_settled_time_adds_passes_where_sweeps_are_short(nominal):
+    s = replace(load_settings(CONFIG, 'friction'), friction_passes=1, friction_settled_s=2.0)
+    exp = design_for('friction', 'elbow_pitch', s, nominal, s.hold_position)
+    dt = 1.0 / s.command_rate_hz
+    for v in np.unique(exp.target_speed[exp.steady]):
+        settled = np.count_nonzero(exp.steady & (exp.target_speed == v)) * dt
+        assert settled >= 2.0 - 2 * dt, v          # every speed and direction gets its time
+    plain = design_for('friction', 'elbow_pitch', replace(s, friction_settled_s=0.0), nominal,
+                       s.hold_position)
+    top = exp.target_speed[exp.steady].max()
+    assert (np.count_nonzero(exp.steady & (exp.target_speed == top))
+            > 3 * np.count_nonzero(plain.steady & (plain.target_speed == top)))
+    # a speed whose sweep never settles is left out; fewer than two left is refused
+    short = replace(s, sweep_half_range=0.3, settle_s=0.5, friction_speeds=(0.2, 0.4, 1.8))
+    exp = design_for('friction', 'elbow_pitch', short, nominal, s.hold_position)
+    assert sorted(set(np.abs(exp.target_speed[exp.segment >= 0]))) == [0.2, 0.4]
+    with pytest.raises(ConfigError, match='settle'):
+        design_for('friction', 'elbow_pitch', replace(short, friction_speeds=(0.2, 1.8)),
+                   nominal, s.hold_position)
 
 
 def test_hold_position_outside_range_is_a_config_error(nominal):

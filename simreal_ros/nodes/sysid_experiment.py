@@ -64,7 +64,11 @@ KIND_ARRAYS = {
 }
 KIND_SCALARS = {
     'friction': {'friction_passes': (1, 'back-and-forth sweeps at each speed (more data '
-                                        'where the range is short)', 1, 10)},
+                                        'where the range is short)', 1, 10),
+                 'friction_settled_s': (0.0, 'settled constant-speed time wanted per speed '
+                                        'and direction (s): more passes at the speeds whose '
+                                        'sweeps are short; 0: friction_passes at every '
+                                        'speed', 0.0, 30.0)},
     'inertia': {'inertia_duration_s': (10.0, 'multi-sine duration per joint (s)', 1.0, 120.0)},
     'latency': {'latency_duration_s': (4.0, 'multi-sine duration per joint (s)', 1.0, 60.0),
                 'max_latency_s': (0.06, 'largest delay searched (s)', 0.005, 0.5)},

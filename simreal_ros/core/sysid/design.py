@@ -42,7 +42,10 @@ class SysidSettings:
     # friction
     sweep_half_range: float = 0.6     # rad each side of the hold position
     friction_speeds: tuple = (0.2, 0.4, 0.8, 1.6)   # rad/s (capped at 0.9 * velocity_limit)
-    friction_passes: int = 1          # back-and-forth sweeps at each speed
+    friction_passes: int = 1          # back-and-forth sweeps at each speed (at least)
+    # Settled constant-speed time (s, each direction) wanted at every speed: more passes where
+    # a sweep is short (the top speeds, where viscous friction is most visible); 0: off.
+    friction_settled_s: float = 0.0
     # inertia
     inertia_duration_s: float = 10.0
     inertia_band_hz: tuple = (0.4, 4.0)
@@ -81,7 +84,7 @@ class SysidSettings:
             out.position_upper = per_joint('position_upper', [np.inf] * n)
         for key in ('range_margin', 'command_rate_hz', 'approach_speed_fraction', 'settle_s',
                     'sweep_half_range', 'inertia_duration_s', 'latency_duration_s',
-                    'max_latency_s'):
+                    'max_latency_s', 'friction_settled_s'):
             if key in params:
                 setattr(out, key, float(params[key]))
         for key in ('gravity_feedforward',):
@@ -105,6 +108,8 @@ class SysidSettings:
                               'settle_s >= 0')
         if self.friction_passes < 1:
             raise ConfigError(f'{source}.friction_passes must be >= 1')
+        if not self.friction_settled_s >= 0:
+            raise ConfigError(f'{source}.friction_settled_s must be >= 0 (0: off)')
         if len(self.friction_speeds) < 2 or min(self.friction_speeds) <= 0:
             raise ConfigError(f'{source}.friction_speeds needs >= 2 speeds > 0 (Coulomb and '
                               'viscous friction cannot be separated with one)')
@@ -288,6 +293,43 @@ def _multisine(settings, index, band, duration, half, seed):
     return scale * pos * env, scale * (vel * env + pos * denv)
 
 
+def settled_per_sweep(settings, index, half, speed):
+    """Seconds of one sweep over 2 * `half` at `speed` that count as settled constant speed."""
+    acc = float(settings.acceleration_limit[index])
+    t_acc = speed / acc
+    if 2 * half < speed * t_acc:       # triangle profile: never at the speed
+        return 0.0
+    return max(0.0, 2 * half / speed - t_acc - settings.settle_s)
+
+
+def friction_passes(settings, index, half, joint):
+    """[(speed, passes)] of the friction sweeps of joint `index` over +-`half` rad.
+
+    Speeds are capped at 0.9 * velocity_limit. With friction_settled_s, each speed gets the
+    passes (at least friction_passes) that give it that settled time per direction: a sweep
+    at the top speed is short and its first settle_s is not steady, so without them the top
+    speed, which carries the viscous friction, had 1 % of the lowest speed's samples (the
+    G1's hip pitch: 0.13 s against 12 s). A speed whose sweep never settles is left out.
+    """
+    vmax = 0.9 * settings.velocity_limit[index]
+    speeds = sorted({min(float(v), vmax) for v in settings.friction_speeds})
+    out = []
+    for v in speeds:
+        settled = settled_per_sweep(settings, index, half, v)
+        passes = settings.friction_passes
+        if settings.friction_settled_s > 0:
+            if settled <= 0:
+                continue
+            passes = max(passes, math.ceil(settings.friction_settled_s / settled - 1e-9))
+        out.append((v, passes))
+    if len(out) < 2:
+        raise ConfigError(f'friction_speeds: fewer than 2 distinct speeds below 0.9 * '
+                          f'velocity_limit ({vmax:.3f} rad/s) settle within the sweep of '
+                          f'{joint!r} (+-{half:.3f} rad, settle_s {settings.settle_s:g} s): '
+                          'lower the speeds or settle_s')
+    return out
+
+
 def design_for(kind, joint, settings, nominal, current_position):
     """Return the Experiment `kind` for joint `joint`, starting at `current_position`."""
     if kind not in KINDS:
@@ -308,15 +350,10 @@ def design_for(kind, joint, settings, nominal, current_position):
         b.approach(start)
         b.hold(settings.settle_s)
         b.phases.append((b.now, 'sweeps'))
-        vmax = 0.9 * settings.velocity_limit[i]
-        speeds = sorted({min(float(v), vmax) for v in settings.friction_speeds})
-        if len(speeds) < 2:
-            raise ConfigError('friction_speeds: fewer than 2 distinct speeds remain below '
-                              f'0.9 * velocity_limit ({vmax:.3f} rad/s) for {joint!r}')
         seg = 0
-        for v in speeds:
+        for v, passes in friction_passes(settings, i, half, joint):
             b.phases.append((b.now, f'sweep {v:.2f} rad/s'))
-            for _ in range(settings.friction_passes):
+            for _ in range(passes):
                 b.joint_move(c + half, v, seg, settings.settle_s)
                 b.joint_move(c - half, v, seg + 1, settings.settle_s)
                 seg += 2
@@ -435,9 +472,12 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
                               round(float(exp.position[:, i].max()), 3)],
                 'peak_speed': round(float(np.max(np.abs(exp.velocity[:, i]))), 3),
                 'velocity_limit': float(settings.velocity_limit[i]),
-                'speeds': ([round(float(v), 3) for v in sorted(
-                    {min(v, 0.9 * settings.velocity_limit[i])
-                     for v in settings.friction_speeds})] if kind == 'friction' else None),
+                'speeds': ([round(float(v), 3) for v, _ in friction_passes(
+                    settings, i, _joint_window(settings, i, nominal)[1], joint)]
+                    if kind == 'friction' else None),
+                'passes': ([n for _, n in friction_passes(
+                    settings, i, _joint_window(settings, i, nominal)[1], joint)]
+                    if kind == 'friction' else None),
                 'peak_torque': round(float(np.max(np.abs(rigid))), 2),
                 'torque_limit': float(settings.torque_limit[i]),
                 'violations': check_limits(exp, settings, nominal) + _soft_limits(exp,

@@ -182,7 +182,8 @@ def _r2(y, r):
     return 1.0 - float(np.var(r)) / var if var > 0 else 0.0
 
 
-def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.0):
+def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.0,
+                      effort_lag_s=0.0):
     """Coulomb and viscous friction from constant-velocity sweeps in both directions.
 
     Model: tau - tau_rigid(q, qd, qdd) = Fc*sign(v) + Fv*qd + Ja*qdd + b, on settled
@@ -222,13 +223,25 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
     qf = lowpass(rec.position, fs, filter_hz)
     qdf = lowpass(rec.velocity, fs, filter_hz)
     qddf = np.gradient(qdf, rec.t, axis=0)
-    rigid = nominal.inverse_dynamics(qf[steady], qdf[steady], qddf[steady])[:, i]
-    y = rec.effort[steady, i] - rigid
+    # The effort read with a joint state is the torque of the driver's last control step,
+    # computed from the state at that step's start: `effort_lag_s` before the position. On a
+    # hanging leg gravity changes along the sweep (~19 N*m per rad on the G1's hip pitch), so
+    # gravity taken at the read position is off by slope * speed * lag, a torque linear in
+    # the speed: -3 to -6 % of the hip's viscous friction at a 0.5 ms step. The rigid part is
+    # taken where the joints were `effort_lag_s` earlier.
+    rigid = nominal.inverse_dynamics(qf[steady] - effort_lag_s * qdf[steady],
+                                     qdf[steady] - effort_lag_s * qddf[steady],
+                                     qddf[steady])[:, i]
+    # The torque is filtered as the motion is: the PD torque ripples at the command rate (a
+    # position target held for a command period, kp * speed / rate peak to peak, aliased by
+    # the sensor rate), which the rigid part (filtered motion) does not carry; left in, it
+    # doubled the viscous interval of the G1's hip pitch (7.4 -> 3.9 %).
+    y = lowpass(rec.effort[:, i], fs, filter_hz)[steady] - rigid
     # The joint's own armature is not in tau_rigid (the inertia experiment identifies it). A
     # sweep is never exactly at constant speed (a hanging leg's gravity speeds it up and slows
     # it along the sweep, the PD rings): armature * qdd left in y biased the G1's hip pitch
     # (viscous -25 to -48 %). A column of the joint's acceleration takes it out.
-    X = np.column_stack([np.sign(speed[steady]), qd_i[steady], qddf[steady, i],
+    X = np.column_stack([np.sign(speed[steady]), qdf[steady, i], qddf[steady, i],
                          np.ones(len(y))])
     theta, cov, r, cond, lag = ols_hac(X, y)
     misfit = _speed_misfit(r, speed[steady])

@@ -111,7 +111,8 @@ def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia'
         lim = settings.torque_limit[i]
         try:
             if kind == 'friction':
-                out.fits[kind] = estimate_friction(rec, exp, nominal, lim)
+                out.fits[kind] = estimate_friction(rec, exp, nominal, lim,
+                                                   effort_lag_s=plant.dt)
                 out.baselines[kind] = baselines.baseline_friction(rec, exp)
             elif kind == 'inertia':
                 out.fits[kind] = estimate_inertia(rec, exp, nominal, lim)

@@ -303,7 +303,8 @@ class SysidSession:
         lim = self.settings.torque_limit[exp.index]
         try:
             if self.kind == 'friction':
-                fit = estimate_friction(rec, exp, self.nominal, lim)
+                fit = estimate_friction(rec, exp, self.nominal, lim,
+                                        effort_lag_s=self.physics_dt)
                 base = baselines.baseline_friction(rec, exp)
             elif self.kind == 'inertia':
                 fit = estimate_inertia(rec, exp, self.nominal, lim)
