@@ -186,7 +186,7 @@ def check_export(out, got):
     return paths
 
 
-def test_g1_gantry_session_by_ros2_command_lines(ros2_env, tmp_path):
+def test_g1_gantry_session_by_ros2_command_lines(ros2_env, ros2_service_call, tmp_path):
     require_files('g1_12dof')
     sequence = gantry_sequence()
     assert [' '.join(w)[:len(e)] for w, e in zip(sequence, EXPECTED)] == EXPECTED, sequence

@@ -222,7 +222,8 @@ def assert_stopped_cleanly(launch, nodes):
     return text
 
 
-def test_deploy_launch_without_arguments_runs_the_default_robot(ros2_env, outside, probe):
+def test_deploy_launch_without_arguments_runs_the_default_robot(ros2_env, ros2_service_call,
+                                                                outside, probe):
     """No arguments, outside the repo: all three nodes, joint states, e-stop, clean stop."""
     p = probe()
     p.watch_commands()
@@ -269,7 +270,8 @@ def test_deploy_launch_without_arguments_runs_the_default_robot(ros2_env, outsid
         launch.kill()
 
 
-def test_ros_journey_first_launch_enable_status_swing_estop(ros2_env, outside, probe):
+def test_ros_journey_first_launch_enable_status_swing_estop(ros2_env, ros2_service_call, outside,
+                                                            probe):
     """docs/journey_ros.md step 4 as it is: launch, enable, `ros2 run simreal_ros simreal
     status` (the CLI reachable after colcon), a tenth of the swing, the e-stop."""
     sequence = journey_block('first-launch')
@@ -356,7 +358,8 @@ def echo_until_result(ros2_env, cwd, words, launch, timeout=240):
 WATCHDOG_ESTOP = ('E-STOP: joint_states stale', 'E-STOP: supervisor stalled')
 
 
-def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, outside, probe):
+def test_readme_friction_sequence_with_sysid_and_policy(ros2_env, ros2_service_call, outside,
+                                                        probe):
     """The README's command block as it is: a friction result within 5 %, gap scored.
 
     Run once (issue 42): a watchdog e-stop or a disturbed experiment on a loaded machine was
