@@ -15,6 +15,7 @@ import math
 import os
 from pathlib import Path
 import re
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -106,6 +107,28 @@ class PolicySession:
         self._pair_io(inputs, outputs, input_name, output_name)
         self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
         self.reset()
+        self.warm_up_s = self._warm_up()
+
+    def _warm_up(self):
+        """Run the policy once on zeros, before any control loop calls it; return its time.
+
+        onnxruntime does part of its work on the first run (the memory arena, the kernels'
+        first use, the library's code pages read in): bench/policy_staleness.py saw the G1
+        walk's first inference take 67 ms beside two busy loops (0.4 ms after), and the
+        command it made reached the supervisor 71 ms old, past its 60 ms policy timeout.
+        The output is dropped and the recurrent state zeroed again. A policy that cannot run
+        on an observation of its declared shape is refused here, not in the loop."""
+        t0 = time.perf_counter()
+        try:
+            self.session.run(self._outputs, {self.input_name: np.zeros(self._obs_shape,
+                                                                        self._in_dtype),
+                                             **self.state})
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
+            raise ConfigError(f'{self.path}: the policy does not run on an observation of '
+                              f'its input shape {list(self._obs_shape)}: {exc}') from exc
+        finally:
+            self.reset()
+        return time.perf_counter() - t0
 
     def _describe(self, values):
         return ', '.join(f'{v.name} {list(v.shape)} {v.type}' for v in values.values())
