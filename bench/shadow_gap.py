@@ -323,6 +323,17 @@ def main():
             n: round(float(v), 3) for n, v in zip(names, ratios.mean(axis=0))}
         summary['gap_over_floor_nominal_p95'] = round(float(np.percentile(ratios.max(1), 95)), 3)
         summary['gap_over_floor_nominal_max'] = round(float(ratios.max()), 3)
+        # What the gap is made of: the delay the score aligned at (the identified latency's
+        # miss) and the position / velocity parts (each over its own noise floor).
+        shifts = np.array([d.get('shift_s', math.nan) for d in scored], float)
+        summary['shift_ms_nominal'] = {
+            'median': round(1e3 * float(np.nanmedian(shifts)), 3),
+            'p05': round(1e3 * float(np.nanpercentile(shifts, 5)), 3),
+            'p95': round(1e3 * float(np.nanpercentile(shifts, 95)), 3)} if scored else None
+        summary['gap_over_floor_nominal_split'] = {
+            key: round(float(np.mean([[d['joints'][n][f'{key}_over_floor'] for n in names]
+                                      for d in scored])), 3)
+            for key in ('position', 'velocity')} if scored else None
         summary['floor_source'] = scored[-1]['floor_source'] if scored else None
         summary['motion_rad_s'] = {n: round(float(np.mean(
             [d['joints'][n]['motion_rad_s'] for d in scored])), 3) for n in names}
