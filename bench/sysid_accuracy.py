@@ -326,6 +326,9 @@ def _detail(seed, joint, true, latency, res):
             row[p] = [e.value, e.low, e.high]
         if kind == 'friction':
             row['misfit_ratio'] = fit.notes['misfit']['ratio']
+        if kind == 'inertia':
+            row['armature_std_noise'] = fit.notes['armature_std_noise']
+            row['armature_std_filter'] = fit.notes['armature_std_filter']
     return row
 
 

@@ -70,9 +70,10 @@ def test_designs_stay_inside_limits_and_range(kind, nominal, sim):
         assert np.allclose(exp.position[0], start)          # starts where the robot is
         others = [k for k in range(3) if k != i]
         assert np.allclose(exp.position[moving][:, others], s.hold_position[others])
-        # the three experiments of a joint fit the robot-time budget (bench/sysid_accuracy.py)
-        total = sum(design_for(k, joint, load_settings(CONFIG, k), nominal, start).duration
-                    for k in KINDS)
+        # the three experiments of a joint fit the robot-time budget (bench/sysid_accuracy.py),
+        # each from hold_position as in a run (every experiment ends there) and in the plan
+        total = sum(design_for(k, joint, load_settings(CONFIG, k), nominal,
+                               s.hold_position).duration for k in KINDS)
         assert total <= 60.0
 
 
@@ -215,3 +216,32 @@ def test_mcap_round_trip(tmp_path, nominal, sim):
     np.testing.assert_allclose(back.t, rec.t, atol=1e-9)
     np.testing.assert_allclose(back.effort, rec.effort)
     np.testing.assert_allclose(back.cmd_position, rec.cmd_position)
+
+
+def test_armature_max_scales_a_light_joints_multisine_to_its_limits(nominal, sim):
+    """With armature_max the inertia multi-sine is scaled to the torque the PD needs on a
+    joint between its link inertia and that plus armature_max, not to the torque of a joint
+    that does not move: the elbow's amplitude triples (it used 8 % of its torque limit), and
+    on plants at both ends of that range the torque the commands imply stays inside it."""
+    s = short('inertia')
+    assert s.armature_max is not None            # arm3.yaml sets it
+    i = NAMES.index('elbow_pitch')
+    exp = design_for('inertia', 'elbow_pitch', s, nominal, s.hold_position)
+    still = design_for('inertia', 'elbow_pitch', replace(s, armature_max=None), nominal,
+                       s.hold_position)
+    gain = np.max(np.abs(exp.velocity[:, i])) / np.max(np.abs(still.velocity[:, i]))
+    assert gain > 2.5, gain
+    assert exp.excitation['gain_over_still'] == pytest.approx(gain, rel=0.02)
+    assert still.excitation == pytest.approx({**still.excitation, 'gain_over_still': 1.0})
+    assert check_limits(exp, s, nominal) == []
+    used = []
+    for armature in (0.0, float(s.armature_max[i])):
+        arm = list(truth(sim).armature)
+        arm[i] = armature
+        plant = make_plant(sim, truth(sim, armature=arm))
+        rec = record(plant, design_for('inertia', 'elbow_pitch', s, nominal,
+                                       plant.measure(with_noise=False).position))
+        used.append(limit_usage(s, rec)['torque'])
+    assert max(used) <= 1.0, used
+    assert max(used) > 0.3, used        # the limit is used, not 8 % of it
+
