@@ -326,6 +326,11 @@ def _detail(seed, joint, true, latency, res):
             row[p] = [e.value, e.low, e.high]
         if kind == 'friction':
             row['misfit_ratio'] = fit.notes['misfit']['ratio']
+            row['friction_std_hac'] = fit.notes.get('std_hac')
+            row['friction_std_speeds'] = fit.notes.get('std_speeds')
+        if kind == 'inertia':
+            row['armature_std_noise'] = fit.notes['armature_std_noise']
+            row['armature_std_filter'] = fit.notes['armature_std_filter']
     return row
 
 

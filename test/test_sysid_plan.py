@@ -3,6 +3,8 @@ and a robot file whose experiments would leave the SysID limits is refused befor
 import json
 import os
 
+import pytest
+
 from conftest import REPO
 from simreal_ros.client import cli
 
@@ -233,3 +235,31 @@ def test_the_accuracy_bench_draws_truths_a_decade_wide_and_unitree_armatures():
     assert dict(zip(names, rl.armature))['left_hip_pitch_joint'] == 0.010177520
     assert dict(zip(names, rl.armature))['right_knee_joint'] == 0.025101925
     assert dict(zip(names, rl.armature))['left_ankle_roll_joint'] == 0.00721945
+
+
+def test_the_arm_plan_says_what_its_adapted_multisines_cost(capsys):
+    """arm3's multi-sines are scaled to the PD torque of a joint with up to armature_max
+    (the elbow 3 x a still joint's amplitude): the plan names the limit that set each
+    amplitude and the torque it predicts, and each joint's robot time within 60 s."""
+    arm = os.path.join(REPO, 'config', 'robots', 'arm3.yaml')
+    assert cli.main(['sysid', 'plan', '--robot', arm, '--json']) == 0
+    plan = json.loads(capsys.readouterr().out)
+    rows = {(r['kind'], r['joint']): r for r in plan['experiments']}
+    elbow = rows[('inertia', 'elbow_pitch')]['excitation']
+    assert elbow['torque_model'] == 'link + armature_max' and elbow['gain_over_still'] > 2.5
+    for r in plan['experiments']:
+        if r['kind'] == 'friction':
+            assert r['excitation'] is None
+        else:
+            e = r['excitation']
+            assert e['bound'] in ('range', 'velocity', 'acceleration', 'torque')
+            assert 0 < e['predicted_torque'] <= 0.5 * r['torque_limit'] + 1e-6
+    for joint, seconds in plan['per_joint_s'].items():
+        assert seconds == pytest.approx(sum(r['duration_s'] for (_, j), r in rows.items()
+                                            if j == joint), abs=0.05)
+        assert seconds <= 60.0
+    assert cli.main(['sysid', 'plan', '--robot', arm]) == 0
+    out = capsys.readouterr().out
+    assert (f'amplitude set by the {elbow["bound"]} limit ({elbow["gain_over_still"]:.1f} x'
+            in out)
+    assert f'elbow_pitch: {plan["per_joint_s"]["elbow_pitch"]:.1f} s of robot time' in out

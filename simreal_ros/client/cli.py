@@ -259,6 +259,13 @@ def cmd_sysid_plan(args, _ros=None):
                   + (f'  OUTSIDE: {"; ".join(r["violations"])}' if r['violations'] else ''))
             if r['kind'] == 'friction':
                 print(f'{"":<37} sweeps at {speeds} rad/s, both directions')
+            elif r.get('excitation'):
+                e = r['excitation']
+                print(f'{"":<37} amplitude set by the {e["bound"]} limit '
+                      f'({e["gain_over_still"]:.1f} x a still joint\'s); PD torque up to '
+                      f'{e["predicted_torque"]:.2f} N*m ({e["torque_model"]})')
+        for joint, seconds in result['per_joint_s'].items():
+            print(f'{joint}: {seconds:.1f} s of robot time')
         minutes = result['total_s'] / 60.0
         print(f'total robot time: {result["total_s"]:.0f} s ({minutes:.1f} min) for '
               f'{len({r["joint"] for r in result["experiments"]})} joints; speed: peak/limit '

@@ -57,10 +57,15 @@ COMMON_ARRAYS = {
                      "(N*m), <= the supervisor's sysid torque limits"),
     'acceleration_limit': (Parameter.Type.DOUBLE_ARRAY, 'target acceleration limit (rad/s^2)'),
 }
+ARMATURE_MAX = ('heaviest armature per joint (kg*m^2): the multi-sine is scaled to the torque '
+                'the PD needs on a joint between its link inertia and that much more; empty: to '
+                'the torque of a joint that does not move')
 KIND_ARRAYS = {
     'friction': {'friction_speeds': 'sweep speeds (rad/s), each in both directions'},
-    'inertia': {'inertia_band_hz': 'multi-sine band [low, high] (Hz)'},
-    'latency': {'latency_band_hz': 'multi-sine band [low, high] (Hz)'},
+    'inertia': {'inertia_band_hz': 'multi-sine band [low, high] (Hz)',
+                'armature_max': ARMATURE_MAX},
+    'latency': {'latency_band_hz': 'multi-sine band [low, high] (Hz)',
+                'armature_max': ARMATURE_MAX},
 }
 KIND_SCALARS = {
     'friction': {'friction_passes': (1, 'back-and-forth sweeps at each speed (more data '

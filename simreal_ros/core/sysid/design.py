@@ -55,6 +55,12 @@ class SysidSettings:
     max_latency_s: float = 0.06
     n_sines: int = 10
     seed: int = 7                    # phases of the multi-sines (deterministic design)
+    # kg*m^2 per joint, the heaviest reflected rotor inertia (armature) a joint may have (the
+    # motor's rotor inertia x gear ratio^2, with margin). With it the multi-sines are scaled to
+    # the torque the PD asks of a joint whose inertia lies between the nominal link's and that
+    # plus armature_max (a light joint follows its target: its torque is a fraction of the PD
+    # torque of a joint that does not move); None: to the torque of a joint that does not move.
+    armature_max: np.ndarray = None
 
     @classmethod
     def from_params(cls, params, joint_names, kp, kd, source='sysid'):
@@ -79,6 +85,8 @@ class SysidSettings:
                   torque_limit=per_joint('torque_limit'),
                   acceleration_limit=per_joint('acceleration_limit', [50.0] * n),
                   kp=per_joint('kp', kp), kd=per_joint('kd', kd))
+        if params.get('armature_max') is not None and len(params['armature_max']):
+            out.armature_max = per_joint('armature_max')
         if 'position_lower' in params or 'position_upper' in params:
             out.position_lower = per_joint('position_lower', [-np.inf] * n)
             out.position_upper = per_joint('position_upper', [np.inf] * n)
@@ -110,6 +118,8 @@ class SysidSettings:
             raise ConfigError(f'{source}.friction_passes must be >= 1')
         if not self.friction_settled_s >= 0:
             raise ConfigError(f'{source}.friction_settled_s must be >= 0 (0: off)')
+        if self.armature_max is not None and np.any(self.armature_max < 0):
+            raise ConfigError(f'{source}.armature_max must be >= 0 for every joint (kg*m^2)')
         if len(self.friction_speeds) < 2 or min(self.friction_speeds) <= 0:
             raise ConfigError(f'{source}.friction_speeds needs >= 2 speeds > 0 (Coulomb and '
                               'viscous friction cannot be separated with one)')
@@ -136,6 +146,9 @@ class Experiment:
     target_speed: np.ndarray  # (N,) friction: target velocity of the segment (0 outside)
     phases: list = field(default_factory=list)   # (start_time, name)
     excitation_start: float = 0.0
+    # multi-sines: what set the amplitude ('bound': range, velocity, acceleration or torque),
+    # its scale and the peak torque the design predicts (N*m); see _multisine
+    excitation: dict = field(default_factory=dict)
 
     @property
     def duration(self):
@@ -265,8 +278,34 @@ class _Builder:
                           self.phases, start)
 
 
-def _multisine(settings, index, band, duration, half, seed):
-    """Target offset and velocity of a Schroeder-phased multi-sine within the joint's limits."""
+def pd_torque(w, kp, kd, inertia):
+    """Complex gain from a position target's component at `w` rad/s to the PD's torque.
+
+    A joint of `inertia` (kg*m^2, link + armature), gravity fed forward, no friction (the
+    least damped case), J*qdd = kp*(q_t - q) + kd*(qd_t - qd): the torque is J*qdd =
+    -J*w^2 * (kp + i*kd*w) / (kp - J*w^2 + i*kd*w) times the target. A joint that does not
+    move (inertia -> infinity) gives kp + i*kd*w; near the closed loop's resonance a lightly
+    damped one needs more.
+    """
+    w = np.asarray(w, float)
+    pd = kp + 1j * kd * w
+    return -inertia * w**2 * pd / (kp - inertia * w**2 + 1j * kd * w)
+
+
+def _multisine(settings, index, band, duration, half, seed, link_inertia=None):
+    """Target offset, velocity and the design's facts of a Schroeder-phased multi-sine.
+
+    The amplitude is the largest the limits allow: 0.8 of the half range, of velocity_limit
+    and of acceleration_limit, and half of torque_limit for the torque the design predicts.
+    With settings.armature_max and the nominal `link_inertia`, that torque is the PD's on a
+    joint whose inertia lies anywhere between the link's and the link's plus armature_max
+    (the largest over that range, the components with their phases); without them, the PD
+    torque if the joint did not move at all (kp * target + kd * target rate), which over-
+    states a light joint's torque ~10 times (arm3's elbow: 8 % of its torque limit used).
+    Returns (offset, velocity, facts): facts names the limit that set the amplitude
+    ('bound'), the amplitude scale, the predicted peak torque (N*m) and the amplitude over
+    the one a joint that does not move would get ('gain_over_still').
+    """
     rate = settings.command_rate_hz
     n = settings.n_sines
     t = np.arange(int(round(duration * rate))) / rate
@@ -276,21 +315,41 @@ def _multisine(settings, index, band, duration, half, seed):
     phase = -np.pi * k * (k - 1) / len(f) + np.random.default_rng(seed).uniform(0, 0.1, len(f))
     w = 2 * np.pi * f
     amp = 1.0 / w                                     # equal velocity per component
-    pos = np.sin(np.outer(t, w) + phase) @ amp
-    vel = np.cos(np.outer(t, w) + phase) @ (amp * w)
-    acc = -np.sin(np.outer(t, w) + phase) @ (amp * w**2)
+    arg = np.outer(t, w) + phase
+    sin, cos = np.sin(arg), np.cos(arg)
+    pos = sin @ amp
+    vel = cos @ (amp * w)
+    acc = -sin @ (amp * w**2)
     kp, kd = settings.kp[index], settings.kd[index]
-    # Torque estimate: the PD torque if the joint did not move at all.
-    tau_bound = np.max(np.abs(kp * pos + kd * vel))
-    scale = min(0.8 * half / np.max(np.abs(pos)),
-                0.8 * settings.velocity_limit[index] / np.max(np.abs(vel)),
-                0.8 * settings.acceleration_limit[index] / np.max(np.abs(acc)),
-                0.5 * settings.torque_limit[index] / tau_bound)
+    # The PD torque if the joint did not move at all.
+    tau_still = float(np.max(np.abs(kp * pos + kd * vel)))
+    tau_bound = tau_still
+    if settings.armature_max is not None and link_inertia is not None:
+        lo = max(float(link_inertia), 1e-6)
+        hi = lo + float(settings.armature_max[index])
+        peak = 0.0
+        for inertia in np.unique(np.concatenate([np.geomspace(lo, hi, 24),
+                                                 np.linspace(lo, hi, 24)])):
+            h = pd_torque(w, kp, kd, inertia)
+            peak = max(peak, float(np.max(np.abs(sin @ (amp * h.real) + cos @ (amp * h.imag)))))
+        tau_bound = peak
+    scales = {'range': 0.8 * half / np.max(np.abs(pos)),
+              'velocity': 0.8 * settings.velocity_limit[index] / np.max(np.abs(vel)),
+              'acceleration': 0.8 * settings.acceleration_limit[index] / np.max(np.abs(acc)),
+              'torque': 0.5 * settings.torque_limit[index] / tau_bound}
+    bound = min(scales, key=scales.get)
+    scale = float(scales[bound])
+    still = min(min(v for k, v in scales.items() if k != 'torque'),
+                0.5 * settings.torque_limit[index] / tau_still)
     # Fade in and out over 0.25 s (keeps velocity and acceleration continuous).
     ramp = np.clip(np.minimum(t, duration - t) / 0.25, 0.0, 1.0)
     env = ramp**2 * (3 - 2 * ramp)
     denv = np.gradient(env, t)
-    return scale * pos * env, scale * (vel * env + pos * denv)
+    facts = {'bound': bound, 'scale': scale, 'predicted_torque': scale * tau_bound,
+             'gain_over_still': scale / still,
+             'torque_model': ('link + armature_max' if settings.armature_max is not None
+                              and link_inertia is not None else 'joint that does not move')}
+    return scale * pos * env, scale * (vel * env + pos * denv), facts
 
 
 def settled_per_sweep(settings, index, half, speed):
@@ -366,7 +425,9 @@ def design_for(kind, joint, settings, nominal, current_position):
         b.approach(hold)
         b.hold(settings.settle_s)
         b.phases.append((b.now, 'excitation'))
-        dq, dv = _multisine(settings, i, band, duration, half, settings.seed)
+        link = (float(nominal.mass_diagonal(hold)[i]) if settings.armature_max is not None
+                else None)
+        dq, dv, facts = _multisine(settings, i, band, duration, half, settings.seed, link)
         pos = np.repeat(hold[None, :], len(dq), 0)
         vel = np.zeros_like(pos)
         pos[:, i] += dq
@@ -374,6 +435,9 @@ def design_for(kind, joint, settings, nominal, current_position):
         b.append(pos, vel, seg=0)
         b.phases.append((b.now, 'settle'))
         b.hold(settings.settle_s)
+        exp = b.build(kind, nominal, names)
+        exp.excitation = facts
+        return exp
     return b.build(kind, nominal, names)
 
 
@@ -434,12 +498,15 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
     """The schedule every SysID experiment of a robot file would run, without moving anything.
 
     Return {'robot_file', 'experiments': [{kind, joint, duration_s, range_rad, peak_speed,
-    velocity_limit, peak_torque, torque_limit, violations}], 'total_s'}: each joint's
+    velocity_limit, peak_torque, torque_limit, excitation, violations}], 'total_s',
+    'per_joint_s'}: each joint's
     experiment designed from the hold pose as the node designs it (every experiment ends
     there), checked against the SysID limits. peak_torque is the torque the nominal links
     need along the planned targets (inverse dynamics, no actuator friction) plus the torque
-    limit the design itself keeps (the multi-sine's PD bound); violations names any command
-    outside the limits (a plan with one must not be run).
+    limit the design itself keeps (the multi-sine's PD bound); excitation (multi-sines) names
+    the limit that set the amplitude and the PD torque predicted for it; per_joint_s is each
+    joint's robot time over the kinds planned; violations names any command outside the
+    limits (a plan with one must not be run).
     """
     from simreal_ros.core.config import load_node_params, resolve_path
     from simreal_ros.core.sysid.model import NominalModel
@@ -480,10 +547,21 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
                     if kind == 'friction' else None),
                 'peak_torque': round(float(np.max(np.abs(rigid))), 2),
                 'torque_limit': float(settings.torque_limit[i]),
+                # multi-sines: the limit that set the amplitude and the PD torque the design
+                # predicts for it (link + armature_max, or a joint that does not move)
+                'excitation': ({'bound': exp.excitation['bound'],
+                                'predicted_torque': round(exp.excitation['predicted_torque'], 2),
+                                'gain_over_still': round(exp.excitation['gain_over_still'], 2),
+                                'torque_model': exp.excitation['torque_model']}
+                               if exp.excitation else None),
                 'violations': check_limits(exp, settings, nominal) + _soft_limits(exp,
                                                                                   settings)})
+    per_joint = {}
+    for r in rows:
+        per_joint[r['joint']] = round(per_joint.get(r['joint'], 0.0) + r['duration_s'], 2)
     return {'robot_file': str(config_path), 'experiments': rows,
-            'total_s': round(sum(r['duration_s'] for r in rows), 1)}
+            'total_s': round(sum(r['duration_s'] for r in rows), 1),
+            'per_joint_s': per_joint}
 
 
 def _soft_limits(exp, settings):
