@@ -428,6 +428,32 @@ def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint
     return theta, cov, r, cond, lag, y
 
 
+def latency_window(rec, i, nominal, excite, filter_hz, max_s=None):
+    """The window the latency fit simulates joint `i` over, and the rest of the arm's part in it.
+
+    From 50 ms before the excitation to its end (or `max_s` after its start). Returns (k0, the
+    filtered velocities, the window slice, the torque of the other joints' motion on joint i,
+    gravity's slope at the joint (N*m/rad), the link's own inertia at the window's median pose).
+    """
+    fs = 1.0 / float(np.median(np.diff(rec.t)))
+    qf = lowpass(rec.position, fs, filter_hz)
+    qdf = lowpass(rec.velocity, fs, filter_hz)
+    qddf = np.gradient(qdf, rec.t, axis=0)
+    k0 = max(0, excite[0] - int(0.05 * fs))
+    k1 = excite[-1] + 1 if max_s is None else min(excite[-1] + 1, excite[0] + int(max_s * fs))
+    win = slice(k0, k1)
+    qdd_rest = qddf[win].copy()
+    qdd_rest[:, i] = 0.0
+    rest = nominal.inverse_dynamics(qf[win], qdf[win], qdd_rest)[:, i]
+    delta = np.zeros(len(rec.names))
+    delta[i] = 1e-4
+    zero = np.zeros_like(qf[win])
+    slope = (nominal.inverse_dynamics(qf[win] + delta, zero, zero)[:, i]
+             - nominal.inverse_dynamics(qf[win] - delta, zero, zero)[:, i]) / 2e-4
+    link = nominal.mass_diagonal(np.median(qf[win], axis=0))[i]
+    return k0, (qf, qdf), win, rest, slope, link
+
+
 def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
                      max_latency=0.06, torque_limit=None, coarse_s=1.0, filter_hz=40.0):
     """Command transport delay by aligning measured and simulated velocity (sub-sample).
@@ -453,21 +479,7 @@ def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
         raise IdentificationError('joint did not move', f'{joint}: RMS velocity {rms_v:.4f} '
                                   'rad/s during the excitation')
     fs = 1.0 / float(np.median(np.diff(rec.t)))
-    qf = lowpass(rec.position, fs, filter_hz)
-    qdf = lowpass(rec.velocity, fs, filter_hz)
-    qddf = np.gradient(qdf, rec.t, axis=0)
-    k0 = max(0, excite[0] - int(0.05 * fs))
-    k1 = excite[-1] + 1
-    win = slice(k0, k1)
-    qdd_rest = qddf[win].copy()
-    qdd_rest[:, i] = 0.0
-    rest = nominal.inverse_dynamics(qf[win], qdf[win], qdd_rest)[:, i]
-    delta = np.zeros(len(rec.names))
-    delta[i] = 1e-4
-    zero = np.zeros_like(qf[win])
-    slope = (nominal.inverse_dynamics(qf[win] + delta, zero, zero)[:, i]
-             - nominal.inverse_dynamics(qf[win] - delta, zero, zero)[:, i]) / 2e-4
-    link = nominal.mass_diagonal(np.median(qf[win], axis=0))[i]
+    k0, (qf, qdf), win, rest, slope, link = latency_window(rec, i, nominal, excite, filter_hz)
     theta = np.array([joint_params['armature'][i], joint_params['viscous_damping'][i],
                       joint_params['coulomb_friction'][i]])
     theta_std = np.array([joint_params.get('armature_std', np.zeros(len(rec.names)))[i],

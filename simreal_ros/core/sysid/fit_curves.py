@@ -82,22 +82,8 @@ def latency_curve(rec, experiment, nominal, fit, kp, kd, physics_dt, torque_limi
     i = experiment.index
     seg, _, _ = est.sample_labels(rec, experiment)
     excite = np.nonzero(seg >= 0)[0]
-    fs = 1.0 / float(np.median(np.diff(rec.t)))
-    qf = est.lowpass(rec.position, fs, 40.0)
-    qdf = est.lowpass(rec.velocity, fs, 40.0)
-    qddf = np.gradient(qdf, rec.t, axis=0)
-    k0 = max(0, excite[0] - int(0.05 * fs))
-    k1 = min(excite[-1] + 1, excite[0] + int(LATENCY_WINDOW_S * fs))
-    win = slice(k0, k1)
-    qdd_rest = qddf[win].copy()
-    qdd_rest[:, i] = 0.0
-    rest = nominal.inverse_dynamics(qf[win], qdf[win], qdd_rest)[:, i]
-    delta = np.zeros(len(rec.names))
-    delta[i] = 1e-4
-    zero = np.zeros_like(qf[win])
-    slope = (nominal.inverse_dynamics(qf[win] + delta, zero, zero)[:, i]
-             - nominal.inverse_dynamics(qf[win] - delta, zero, zero)[:, i]) / 2e-4
-    link = nominal.mass_diagonal(np.median(qf[win], axis=0))[i]
+    k0, (qf, qdf), win, rest, slope, link = est.latency_window(rec, i, nominal, excite, 40.0,
+                                                               LATENCY_WINDOW_S)
     cols = np.column_stack([rec.cmd_position[:, i], rec.cmd_velocity[:, i],
                             rec.cmd_effort[:, i]])
     delay = float(fit.value('latency'))
