@@ -363,25 +363,38 @@ def test_localhost_discovery_on_every_distro():
 
 
 @pytest.mark.parametrize('distro', CHECKED)
-def test_loopback_transport_rule_on_every_distro(distro):
-    """Under localhost discovery, whichever variable a distro uses, the nodes go to the loopback
-    UDP profile, under every name that distro's Fast DDS reads the profile file from, and the
-    localhost switch that would bring shared memory back is off."""
-    from simreal_ros.nodes.common import localhost_discovery, prefer_udp_transport
-    env = {'ROS_DISTRO': distro}
-    localhost_discovery(env)
-    assert prefer_udp_transport(env) == 'loopback UDP'
+def test_loopback_transport_rule_on_every_distro(distro, tmp_path, monkeypatch):
+    """Under localhost discovery the nodes go to the loopback UDP profile, under the name the
+    installed Fast DDS reads the profile file from (found from its library, whatever
+    ROS_DISTRO says: the PyPI wheels leave it unset), and the localhost switch that would bring
+    shared memory back is off. Each distro's library stands in a folder of its own."""
+    import re
+    import sys
+    from simreal_ros.nodes.common import (PROFILES_VARIABLES, localhost_discovery,
+                                          prefer_udp_transport)
     fastdds = API['compiled'][distro]['fastdds_profiles_variable']
-    for name in fastdds['names']:
-        assert env.get(name, '').endswith('loopback_udp.xml'), (distro, name)
-    assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
-    assert 'ROS_LOCALHOST_ONLY' not in env
-    # ROS_DISTRO unset, as the PyPI wheels of every distro leave it: the Jazzy wheels' nodes
-    # bound UDP to 0.0.0.0 and the external address when only FASTDDS_ was set.
-    env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    major = int(re.search(r'Fast-DDS (\d+)\.', fastdds['source']).group(1))
+    prefix = tmp_path / distro
+    (prefix / 'lib').mkdir(parents=True)
+    library = 'libfastdds.so.3.2.2' if major >= 3 else 'libfastrtps.so.2.14.5'
+    (prefix / 'lib' / library).write_bytes(b'')
+    monkeypatch.setattr(sys, 'prefix', str(tmp_path / 'no_venv'))   # not this venv's library
+    for env in ({'ROS_DISTRO': distro, 'AMENT_PREFIX_PATH': str(prefix)},
+                {'AMENT_PREFIX_PATH': str(prefix)}):                  # ROS_DISTRO unset
+        localhost_discovery(env)
+        assert prefer_udp_transport(env) == 'loopback UDP'
+        for name in PROFILES_VARIABLES:
+            # the one this Fast DDS reads; the other would warn (Fast DDS 3) or be ignored
+            assert env.get(name, '').endswith('loopback_udp.xml') == (name in fastdds['names']), (
+                distro, name, env)
+        assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
+        assert 'ROS_LOCALHOST_ONLY' not in env
+    # No library found (or both): both names, so that every Fast DDS reads the profile (the
+    # Jazzy wheels' nodes bound UDP to 0.0.0.0 when only FASTDDS_ was set).
+    env = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'AMENT_PREFIX_PATH': ''}
     assert prefer_udp_transport(env) == 'loopback UDP'
     for name in fastdds['names']:
-        assert env.get(name, '').endswith('loopback_udp.xml'), (distro, name, 'no ROS_DISTRO')
+        assert env.get(name, '').endswith('loopback_udp.xml'), (distro, name, 'no library')
 
 
 @pytest.mark.parametrize('distro', CHECKED)
