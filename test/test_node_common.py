@@ -95,7 +95,9 @@ def test_loopback_profile_is_a_fast_dds_profile_without_shared_memory():
     # The file the docs and the transport test point to: UDPv4 only, bound to 127.0.0.1.
     import xml.etree.ElementTree as ET
     from simreal_ros.client.rig import loopback_udp_env
-    path = loopback_udp_env()['FASTDDS_DEFAULT_PROFILES_FILE']
+    # Named in the installed Fast DDS's variable (FASTDDS_ for 3, FASTRTPS_ for 2).
+    path, = [v for k, v in loopback_udp_env().items()
+             if k.endswith('_DEFAULT_PROFILES_FILE') and v]
     ns = {'d': 'http://www.eprosima.com'}
     root = ET.parse(path).getroot()
     kinds = [e.text for e in root.iterfind('.//d:transport_descriptor/d:type', ns)]
