@@ -32,7 +32,6 @@ from pathlib import Path
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -62,7 +61,7 @@ def busy_loops(n, nice=0):
 def walk(duration, folder, thread_priority=None, policy_timeout=0.06):
     """Run the supervised G1 walk; return what the supervisor and the probe saw."""
     import rclpy
-    from geometry_msgs.msg import PoseStamped, Twist
+    from geometry_msgs.msg import PoseStamped
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from simreal_ros.client.rig import Rig, loopback_udp_env, wait_for
     env = dict(loopback_udp_env(), SIMREAL_TIMING_TRACE=str(Path(folder) / 'trace'))
@@ -76,16 +75,7 @@ def walk(duration, folder, thread_priority=None, policy_timeout=0.06):
                  tmp=str(folder), env=env) as rig:
             poses = rig.watch(PoseStamped, 'sim/base_pose',
                               QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT))
-            cmd_vel = rig.node.create_publisher(Twist, 'cmd_vel', 10)
-            stop = threading.Event()
-
-            def teleop():
-                while not stop.is_set():
-                    msg = Twist()
-                    msg.linear.x = 0.5
-                    cmd_vel.publish(msg)
-                    stop.wait(0.1)
-            threading.Thread(target=teleop, daemon=True).start()
+            stop = rig.teleop(0.5)       # cmd_vel 0.5 m/s at 10 Hz
             try:
                 wait_for(lambda: len(poses) > 20, 900, interval=0.5, what='sim/base_pose')
                 wait_for(lambda: rig.state('output') not in (None, 'waiting'), 900,

@@ -6,9 +6,8 @@ deployment; the test holds cmd_vel at the reference's 0.5 m/s. The lockstep pari
 compares step by step; this one is the real-time chain, where a start-up sequence or a timing
 rule that makes the robot fall shows (a fixed-pose ease-in toppled it after 0.7 m).
 """
-import threading
 
-from geometry_msgs.msg import PoseStamped, Twist
+from geometry_msgs.msg import PoseStamped
 import pytest
 import rclpy
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -42,16 +41,7 @@ def walk_once(tmp_path):
              tmp=str(tmp_path), env=loopback_udp_env()) as rig:
         poses = rig.watch(PoseStamped, 'sim/base_pose',
                           QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT))
-        cmd_vel = rig.node.create_publisher(Twist, 'cmd_vel', 10)
-        stop = threading.Event()
-
-        def teleop():
-            while not stop.is_set():
-                msg = Twist()
-                msg.linear.x = 0.5
-                cmd_vel.publish(msg)
-                stop.wait(0.1)
-        threading.Thread(target=teleop, daemon=True).start()
+        stop = rig.teleop(0.5)       # cmd_vel 0.5 m/s at 10 Hz
         try:
             wait_for(lambda: len(poses) > 20, 60, what='sim/base_pose')
             wait_for(lambda: rig.state('output') not in (None, 'waiting'), 30,

@@ -529,6 +529,22 @@ class Rig:
         return {name: proc.output()[-chars:] for name, proc in self.procs.items()}
 
     # -- observing ------------------------------------------------------------------------
+    def teleop(self, vx, period=0.1):
+        """Publish cmd_vel with linear.x = `vx` every `period` s from a thread, as a joystick
+        held forward does; return the Event that stops it."""
+        from geometry_msgs.msg import Twist
+        pub = self.node.create_publisher(Twist, 'cmd_vel', 10)
+        stop = threading.Event()
+
+        def run():
+            while not stop.is_set():
+                msg = Twist()
+                msg.linear.x = float(vx)
+                pub.publish(msg)
+                stop.wait(period)
+        threading.Thread(target=run, daemon=True).start()
+        return stop
+
     def watch(self, msg_type, topic, qos=None):
         """Record every message on `topic` from now on; return the Recorder."""
         return Recorder(self.node, msg_type, topic, qos if qos is not None else record_qos())
