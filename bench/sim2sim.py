@@ -418,6 +418,8 @@ def main(argv=None):
                 summary['error'] = str(exc)
                 code = 1
                 sim_t = max(stamp_times())
+                for p in procs:   # what each node said while it stalled
+                    print(p.output()[-1500:], file=sys.stderr)
             wall = time.monotonic() - t0
             # sim_robot stepped past every step it ran: each of their commands reached it.
             ran = int(np.sum(trace.time[:steps] + period <= sim_t + 1e-6))
@@ -431,10 +433,12 @@ def main(argv=None):
             while len(recorded()) < ran and time.monotonic() < deadline:
                 time.sleep(0.05)
             cmds = recorded()
-            if cmds:
+            if cmds and ran:
                 summary.update(compare(setup, trace, cmds, poses, args, wall, ran, positions))
-            else:
-                summary.setdefault('error', 'no policy command recorded')
+            else:   # the run's own error (run_lockstep's), else what is missing
+                summary.setdefault('error', 'no policy command recorded' if not cmds else
+                                   f'sim_robot ran no policy step (its time {sim_t:.3f} s)')
+                code = 1
             if not cmds or (args.strict and (
                     summary['max_action_err'] > args.tol or ran < steps
                     or not summary['stamps_match_reference'])):

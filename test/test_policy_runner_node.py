@@ -224,3 +224,55 @@ def test_runs_on_simulated_time(ros, tmp_path):
         probe.spinner.stop()
         runner.stop()
         sim.stop()
+
+
+def test_lockstep_waits_for_its_clock_when_the_state_comes_first(ros, tmp_path):
+    """In lockstep the runner computes once per observation stamp. joint_states for a step can
+    be taken before the /clock message of that step (two topics, no order between them): the
+    observation is then from the runner's future. It must not be used while it is (nothing is
+    published), and the step must be computed once /clock reaches it: refused for good, the
+    step was never computed and sim_robot waited for ever (the H1-2 lockstep stalled at
+    t = 0.02 s). sim_robot's side is played by this test: its /clock and its joint_states."""
+    from builtin_interfaces.msg import Time as TimeMsg
+    from rosgraph_msgs.msg import Clock
+    import time
+    policy = onnx_policies.arm3(str(tmp_path / 'arm3.onnx'))
+    runner = NodeProcess('policy_runner', params_file=ARM, extra_args=overlay(
+        tmp_path, {'policy_path': policy, 'use_sim_time': True, 'lockstep': True}))
+    probe = Probe()
+    clock = probe.node.create_publisher(Clock, '/clock', 10)
+    states = probe.node.create_publisher(JointState, 'joint_states', SENSOR_SUB_QOS)
+
+    def tick(sec):
+        msg = Clock()
+        msg.clock = TimeMsg(sec=0, nanosec=int(round(sec * 1e9)))
+        clock.publish(msg)
+
+    state = JointState(name=NAMES, position=[0.0, 0.3, -0.4], velocity=[0.0] * 3,
+                       effort=[0.0] * 3)
+    state.header.stamp = TimeMsg(sec=0, nanosec=20_000_000)
+    try:
+        wait_for(lambda: states.get_subscription_count() and clock.get_subscription_count(),
+                 20, what='policy_runner subscribed to joint_states and /clock')
+        # The state of t = 0.02 s arrives while the runner's clock reads 0: sent for half a
+        # second (a stream, as sim_robot's), so the runner holds it before it is enabled.
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            tick(0.0)
+            states.publish(state)
+            time.sleep(0.02)
+        assert probe.call(probe.enable, SetBool.Request(data=True)).success
+        states.publish(state)
+        time.sleep(0.3)   # a command computed from the future state would arrive meanwhile
+        assert probe.count() == 0, 'a command computed from a state ahead of /clock'
+
+        def advanced():   # /clock reaches the state's time: the step is computed now
+            tick(0.02)
+            return probe.count() > 0
+        wait_for(advanced, 10, interval=0.1, what='the step computed once /clock reached it')
+        with probe.lock:
+            stamp = stamp_to_sec(probe.commands[0].header.stamp)
+        assert abs(stamp - 0.02) < 1e-9, stamp
+    finally:
+        probe.spinner.stop()
+        runner.stop()

@@ -73,7 +73,8 @@ class PolicyRunner(Node):
         self.enabled = False
         self.counters = dict(ticks=0, published=0, stale_ticks=0, bad_input=0, non_finite=0,
                              inputs_via_rclpy=0, inputs_undecodable=0,
-                             resets=0, lockstep_steps=0, phase_alignments=0, awaited_ticks=0,
+                             resets=0, lockstep_steps=0, lockstep_clock_waits=0,
+                             phase_alignments=0, awaited_ticks=0,
                              await_timeouts=0, late_inputs_used=0, future_stamped=0,
                              duplicate_names=0, missing_velocity=0, cmd_vel_received=0,
                              cmd_vel_rejected=0, cmd_vel_timeouts=0, handovers=0,
@@ -91,6 +92,7 @@ class PolicyRunner(Node):
         self._cmd = None     # ((vx, vy, wz) clipped, arrival monotonic s)
         self._cmd_timed_out = False
         self._last_stamp = None   # lockstep: the observation stamp last computed
+        self._clock_wait = None   # lockstep: the stamp held until /clock reaches it
         self.heartbeat_timeout = float(params['heartbeat_timeout_s'])
         self._heartbeat = None    # (policy_admitted, steady arrival time) from the supervisor
         ease = float(params['ease_in_s'])
@@ -468,6 +470,9 @@ class PolicyRunner(Node):
     # -- the loop -------------------------------------------------------------------------
     def _tick(self, aligned=False):
         if self.lockstep:
+            # A step held back because its observation was ahead of this node's /clock is
+            # taken when the clock catches up: this timer fires on /clock.
+            self._lockstep_try()
             return
         if not aligned and self._align_timer is not None:
             return   # the aligned tick, due within a period, takes this one's place
@@ -539,9 +544,19 @@ class PolicyRunner(Node):
                 return
             if self._last_stamp is not None and stamp <= self._last_stamp:
                 return
+            now = self._now()
+            if stamp - now > self.future_tol:
+                # sim_robot's joint_states for step k can be taken before its /clock of step k
+                # (two topics, no order between them): refused as from the future, the step
+                # was never computed and sim_robot waited for it for ever (the H1-2 lockstep
+                # stalled at t = 0.02 s in 2 of 6 runs). Wait for the clock; count the wait.
+                if self._clock_wait != stamp:
+                    self._clock_wait = stamp
+                    self.counters['lockstep_clock_waits'] += 1
+                return
             self._last_stamp = stamp
             self.counters['lockstep_steps'] += 1
-            self._compute_and_publish(joint, imu, self._now())
+            self._compute_and_publish(joint, imu, now)
 
     def _compute_and_publish(self, joint, imu, now):
         begun = time.time()
