@@ -3,6 +3,8 @@
 
     .venv/bin/python bench/import_walk.py --case g1_12dof|g1_29dof [--rtf 1.0] \
         [--skip-realtime] [--initial-scale 1.0]
+    .venv/bin/python bench/import_walk.py --case custom --format legged_gym \
+        --export CONFIG --model SCENE --policy ONNX --reference TRACE [--start model]
 
 Every step runs with its working directory in a third temporary folder (neither the
 repository nor the robot file's), so a path that resolves only from the working directory or
@@ -19,6 +21,12 @@ the checkout fails here:
    unitree's reference starts, the MJCF's own pose: `--start model`);
 4. bench/sim2sim.py in real time (`--rtf`, 1.0 = the wall clock) for 20 s at cmd_vel 0.5 m/s:
    at least 8.5 m, no fall (base above 0.5 m), no e-stop.
+
+`--case custom` runs the same steps on any export: `--export`, `--model`, `--policy`,
+`--format` as `simreal import` takes them, and `--reference`, a trace of the trainer's own
+deploy loop (docs/traces.md; `--start model` when it starts from the MJCF's own pose, as
+unitree's deploy_mujoco.py does). The H1 and H1-2 of unitree_rl_gym were run so
+(docs/bring_your_own.md).
 
 `--case g1_12dof --default-offset D` imports a temporary copy of the deploy config whose
 default pose is moved by D rad on the knees (a general case: a default pose the policy was not
@@ -75,14 +83,34 @@ def _walk_row(code, run):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--case', choices=sorted(CASES), required=True)
+    parser.add_argument('--case', choices=sorted(CASES) + ['custom'], required=True)
+    parser.add_argument('--export', help='custom: the export (deploy config, deploy.yaml)')
+    parser.add_argument('--model', help='custom: the robot\'s MJCF')
+    parser.add_argument('--policy', help='custom: the ONNX policy')
+    parser.add_argument('--format', choices=('legged_gym', 'unitree_rl_lab', 'mjlab'),
+                        help='custom: the export\'s format')
+    parser.add_argument('--reference', help='custom: a trace of the trainer\'s deploy loop')
+    parser.add_argument('--start', choices=('model', 'default'), default='default',
+                        help='custom: where the reference starts (model: the MJCF\'s pose)')
     parser.add_argument('--rtf', type=float, default=1.0, help='real-time run: sim_robot\'s '
                         'real_time_factor (1.0: the wall clock)')
     parser.add_argument('--skip-realtime', action='store_true')
     parser.add_argument('--default-offset', type=float, default=0.0, metavar='RAD',
                         help='g1_12dof: move the config\'s default knee angles by this much')
     args = parser.parse_args(argv)
-    case = CASES[args.case]
+    if args.case == 'custom':
+        given = (args.export, args.model, args.policy, args.format, args.reference)
+        if not all(given):
+            parser.error('--case custom needs --export, --model, --policy, --format and '
+                         '--reference')
+        case = {'export': Path(args.export).resolve(), 'model': Path(args.model).resolve(),
+                'policy': Path(args.policy).resolve(), 'format': args.format,
+                'reference': Path(args.reference).resolve()}
+        missing = [str(p) for k, p in case.items() if k != 'format' and not p.is_file()]
+        if missing:
+            parser.error(f'not found: {missing}')
+    else:
+        case = CASES[args.case]
     if not case['export'].is_file():
         print(json.dumps({'skipped': f'shared data not found: {case["export"]}'}))
         return 0
@@ -100,7 +128,7 @@ def main(argv=None):
                                   for k, v in enumerate(data['default_angles'])]
         export = tmp / 'deploy_config.yaml'
         export.write_text(yaml.safe_dump(data))
-    robot = out_dir / f'{args.case}.yaml'
+    robot = out_dir / f'{(case["export"].stem if args.case == "custom" else args.case)}.yaml'
     rel = [os.path.relpath(p, cwd) for p in (export, case['model'], case['policy'])]
     summary = {'case': args.case, 'format': case['format'], 'cwd': 'a third folder',
                'default_offset': args.default_offset}
@@ -114,7 +142,11 @@ def main(argv=None):
         print(json.dumps(summary))
         return 1
     summary['initial_position_written'] = 'initial_position:' in robot.read_text()
-    if args.case == 'g1_12dof':
+    if args.case == 'custom':
+        ref = case['reference']
+        start = ['--start', 'model'] if args.start == 'model' else []
+        summary['export'], summary['model'] = str(case['export']), str(case['model'])
+    elif args.case == 'g1_12dof':
         ref = SHARED / 'unitree_g1_12dof' / 'reference_trace.npz'
         start = ['--start', 'model']
     else:

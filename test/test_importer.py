@@ -251,7 +251,7 @@ def test_limits_from_the_policys_own_motion_flag_what_passes_the_model(g1_12, tm
     sup = imp.sections['safety_supervisor']
     k = G1_12_NAMES.index('left_ankle_roll_joint')
     assert sup['position_upper'][k] > 0.05 + 0.1 + 1e-6   # past the MJCF's range + 0.1
-    assert imp.replays[0.0].clean, imp.replays[0.0].summary()
+    assert all(r.clean for (j, _), r in imp.replays.items() if j == 0.0), imp.notes
     assert 'FLAGGED' in imp.text()
 
 
@@ -360,3 +360,21 @@ def test_a_torchscript_policy_is_named_with_how_to_export_it(g1_12, tmp_path):
     pickle_file.write_bytes(b'\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.')
     with pytest.raises(ConfigError, match='pickle .PyTorch.'):
         PolicySession(pickle_file)
+
+
+def test_limits_let_through_the_policys_start_from_the_mjcf_pose_too(g1_12, tmp_path):
+    """unitree's deploy_mujoco.py starts its policy from the MJCF's own pose (qpos0), not the
+    default pose, and its first steps from there are a transient of their own (the H1's left
+    ankle target: -1.48 rad in its first step, -1.33 rad at most from the default pose):
+    limits from the default-pose run alone clipped the trainer's own reference. The import
+    runs the policy from both starts and its limits pass both replays."""
+    from simreal_ros.tools.importer import _starts
+    imp = import_export(g1_12 / 'unitree_deploy_config.yaml', str(g1_12 / 'scene.xml'),
+                        str(g1_12 / 'policy.onnx'), fmt='legged_gym',
+                        out=tmp_path / 'g1.yaml', reference_steps=60)
+    starts = _starts(imp, g1_12 / 'scene.xml')
+    assert [s for s, _ in starts] == ['the default pose', 'the MJCF\'s own pose']
+    assert starts[1][1] == [0.0] * 12      # the 12-dof MJCF's qpos0: every joint at 0
+    runs = sorted({run for _, run in imp.replays})
+    assert len(runs) == 2 and any('MJCF\'s own pose' in r for r in runs), runs
+    assert all(r.clean for (j, _), r in imp.replays.items() if j == 0.0), imp.notes

@@ -160,7 +160,8 @@ def staircase_trace(tmp_path):
     """Targets at a 50 Hz policy in a 500 Hz trace: the hip moves 0.04 rad every 20 ms (2 rad/s),
     then 0.08 (4 rad/s: +100 rad/s^2); the ankle holds 0.5 s, then moves 0.03 rad once (the
     supervisor's rate dt is capped at policy_timeout_s 0.06: 0.5 rad/s); q is still at 0, so
-    the PD effort is kp * target."""
+    the PD effort is kp * target; the ankle stands at its first target, -0.2 (a first target
+    away from the first pose is a move of its own, from the replay's hold of that pose)."""
     t = np.arange(1001) * 0.002
     step = np.arange(1001) // 10                # policy step index
     hip = np.where(step <= 20, 0.04 * step, 0.8 + 0.08 * (step - 20))
@@ -169,6 +170,7 @@ def staircase_trace(tmp_path):
     wrist = np.zeros_like(t)
     target = np.stack([hip, ankle, wrist], axis=1)
     q = np.zeros_like(target)
+    q[:, 1] = -0.2
     return save(tmp_path / 'stairs.npz', time=t, joint_names=np.array(NAMES), q=q,
                 dq=np.zeros_like(q), target_q=target)
 
@@ -186,10 +188,10 @@ def test_target_rate_is_per_move_as_the_supervisor_measures_it(robot, tmp_path):
     # the targets widen the position need (q stays at 0)
     assert hip['limits']['position_upper']['need'] == pytest.approx(2.4)
     assert p.joints['ankle']['limits']['position_lower']['need'] == pytest.approx(-0.23)
-    # the PD effort from the robot file's gains: kp * (target - 0) - kd * 0
+    # the PD effort from the robot file's gains: kp * (target - q) - kd * 0
     assert hip['need']['torque'] == pytest.approx(100.0 * 2.4)
     assert hip['need']['torque_source'].startswith('PD effort kp*(target - q) - kd*dq')
-    assert p.joints['ankle']['need']['torque'] == pytest.approx(50.0 * 0.23)
+    assert p.joints['ankle']['need']['torque'] == pytest.approx(50.0 * 0.03)
 
 
 def test_pd_effort_uses_kd_and_differences_when_no_dq(robot, tmp_path):
@@ -275,7 +277,9 @@ def test_simreal_layout_targets_from_actions(robot, tmp_path):
     actions = np.zeros((11, 3))
     actions[:, 0] = np.linspace(0, 2.0, 11)       # hip target 0.1 + 0.25 a: 0.1 .. 0.6
     q = np.zeros((11, 3))
-    trace = save(tmp_path / 'act.npz', time=t, joint_names=np.array(NAMES), q=q, dq=q,
+    q[:, :2] = [0.1, -0.2]                         # standing at the default pose
+    trace = save(tmp_path / 'act.npz', time=t, joint_names=np.array(NAMES), q=q,
+                 dq=np.zeros_like(q),
                  actions=actions)
     loaded = load_trace(trace, robot)
     assert loaded.target[:, 0] == pytest.approx(0.1 + 0.25 * actions[:, 0])
@@ -517,3 +521,27 @@ def test_replay_counts_the_clips_of_a_tight_limit(robot, tmp_path):
     params['torque_limit'] = [5.0, 40.0, 40.0]
     result = replay(params, trace)
     assert not result.clean and result.clips['torque']['hip'] > 0 and result.changed_steps
+
+
+def test_the_first_targets_step_from_the_held_pose_is_a_move(robot, tmp_path):
+    """A trace whose first target is far from its first measured pose (a policy's first step
+    from the MJCF's zero pose: the H1's left ankle, -0.07 -> -1.48 rad in 20 ms). The replay
+    holds that pose for a period first, as the bring-up does, so the supervisor sees the step:
+    the proposal must let it through. Counting moves only from the first target on, it
+    proposed a rate the replay clipped."""
+    from simreal_ros.core.config import load_node_params
+    from simreal_ros.core.limits_replay import replay
+    t = 0.02 + np.arange(50) * 0.02
+    q = np.zeros((50, 3))
+    target = np.zeros((50, 3))
+    target[:, 1] = -0.6 + 0.001 * np.arange(50)       # ankle: -0.6 rad at once, then slowly
+    path = save(tmp_path / 'first.npz', time=t, joint_names=np.array(NAMES), q=q,
+                target_q=target)
+    p = propose_from_files(path, robot, position_margin=0.1, jitter=0.0)
+    assert p.joints['ankle']['need']['target_rate'] == pytest.approx(0.6 / 0.02, rel=1e-6)
+    params = load_node_params(robot, 'safety_supervisor')
+    for param, values in p.proposed_lists().items():
+        params[param] = [old if v is None else v for old, v in zip(params[param], values)]
+    result = replay(params, load_trace(path, robot=robot), 1.0, 0.0)
+    assert 'max_target_rate' not in str(result.clips) and not result.clips.get('rate'), \
+        result.summary()

@@ -534,7 +534,7 @@ def cmd_import(args, _ros=None):
     for text in imp.flags:
         print(f'simreal import: FLAGGED (confirm the hardware allows it): {text}',
               file=sys.stderr)
-    for jitter, result in imp.replays.items():
+    for (jitter, _), result in imp.replays.items():
         if not result.clean:
             print(f'simreal import: {"WARNING" if jitter and not result.safe_reason else "ERROR"}'
                   f': the limits replay is not clean: {result.summary()}', file=sys.stderr)

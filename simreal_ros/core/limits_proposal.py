@@ -210,14 +210,20 @@ def read_robot(robot, model=None, use_model=True):
 
 
 # -- what the trace needs ------------------------------------------------------------------------
-def _target_moves(t, target, cap):
+def _target_moves(t, target, cap, start=None, period=None):
     """Per move of one joint's target: (rate, previous rate, dt, time), as the supervisor
-    sees it."""
+    sees it. `start`: the target held for `period` before the first sample (the bring-up's
+    hold of the first measured pose, as `core/limits_replay` starts): the first target's
+    step from it is a move too (the H1's left ankle: -0.07 -> -1.48 rad in its first policy
+    step from the MJCF's zero pose, 70 rad/s)."""
     rates, prev_rates, dts, times = [], [], [], []
     last_move = t[0]
     last_value = target[0]
     prev = math.nan
-    for k in range(1, t.size):
+    first = 1
+    if start is not None and period and math.isfinite(start) and target[0] != start:
+        last_move, last_value, first = t[0] - period, start, 0
+    for k in range(first, t.size):
         if target[k] == last_value:
             continue
         dt = min(t[k] - last_move, cap)
@@ -262,7 +268,9 @@ def joint_needs(trace, j, kp=None, kd=None, rate_cap=DEFAULT_POLICY_TIMEOUT,
                     target_min_time=float(t[int(np.argmin(target))]),
                     target_max_time=float(t[int(np.argmax(target))]),
                     target_source=trace.sources.get('target', 'target_q'))
-        rates, prev, dts, times = _target_moves(t, target, rate_cap)
+        period = float(np.median(np.diff(t))) if t.size > 1 else None
+        rates, prev, dts, times = _target_moves(t, target, rate_cap, start=float(q[0]),
+                                                period=period)
         need['target_rate'] = need['target_accel'] = 0.0
         if rates.size:
             k = int(np.argmax(np.abs(rates)))

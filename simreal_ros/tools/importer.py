@@ -65,6 +65,7 @@ STATE_POSITION_MARGIN = 0.3     # rad: a measured position beyond the range by t
 TARGET_RATE = 40.0              # rad/s: a target may move 0.8 rad per 20 ms period
 TARGET_ACCEL = 5000.0           # rad/s^2: a step arriving half a period early after one late
 POSITION_MARGIN = 0.1           # rad a target may reach past the joint's range (torque only)
+START_TOLERANCE = 0.01          # rad: the MJCF's own pose is another start past this
 
 
 class ImportRefused(ConfigError):
@@ -84,7 +85,7 @@ class Imported:
     notes: list = field(default_factory=list)         # fields not mapped, assumptions
     flags: list = field(default_factory=list)         # limits beyond the model: confirm
     reference_cmd: list = None                        # cmd_vel of the import's reference
-    replays: dict = field(default_factory=dict)       # jitter -> limits_replay.Replay
+    replays: dict = field(default_factory=dict)       # (jitter, run) -> limits_replay.Replay
 
     def note(self, text):
         self.notes.append(text)
@@ -787,16 +788,49 @@ def _absolute_copy(imp, model_path, policy_path):
     return draft
 
 
+def _model_pose(model_path, names):
+    """The joints' positions in the MJCF's own initial state (qpos0, not a keyframe): where
+    a trainer's MuJoCo deploy loop starts (unitree's deploy_mujoco.py steps `MjData(model)`
+    as loaded)."""
+    import mujoco
+    model = mujoco.MjModel.from_xml_path(str(model_path))
+    data = mujoco.MjData(model)
+    return [float(data.qpos[model.jnt_qposadr[model.joint(n).id]]) for n in names]
+
+
+def _starts(imp, model_path):
+    """The starts of the import's own reference runs: the default pose (where a robot file
+    starts, and the robot after go_default), and for a legged_gym config the MJCF's own pose
+    when it differs by more than START_TOLERANCE on a joint: unitree_rl_gym's
+    deploy_mujoco.py, and so its reference trace, starts there, and the policy's first steps
+    from there are a transient of their own. unitree_rl_lab's and mjlab's loops start from
+    the default pose (a fixed stand first, the init keyframe), as the robot does."""
+    sim = imp.sections['sim_robot']
+    names = [str(n) for n in sim.get('joint_names') or imp.shared['joint_names']]
+    starts = [('the default pose', None)]
+    if imp.fmt != 'legged_gym':
+        return starts
+    default = sim.get('initial_position')
+    own = _model_pose(model_path, names)
+    if default is not None and max(abs(a - b) for a, b in zip(own, default)) > \
+            START_TOLERANCE:
+        starts.append(('the MJCF\'s own pose', own))
+    return starts
+
+
 def reference_limits(imp, model_path, policy_path, reference=None, steps=REFERENCE_STEPS):
     """Widen the supervisor's limits so the policy's own motion passes them untouched.
 
-    The reference is `reference` (a trace of the training loop, docs/traces.md) or `steps`
-    policy steps of the policy run in MuJoCo on the model from the default pose
-    (tools/reference_rollout.py, the velocity command `imp.reference_cmd`). The proposal is
-    core/limits_proposal's with its margins (0.1 rad outside positions and targets, +10 % and
-    room for half a period of jitter on the rest) and never below the import's own values;
-    where it passes the MJCF's range or torque bound the joint is flagged (`imp.flags`). The
-    result is replayed through the supervisor's filter at jitter 0 and 0.5 (`imp.replays`).
+    The reference is `reference` (a trace of the training loop, docs/traces.md) or runs of
+    `steps` policy steps of the policy in MuJoCo on the model (tools/reference_rollout.py,
+    the velocity command `imp.reference_cmd`): from the default pose, and from the MJCF's
+    own pose when that differs (`_starts`: the H1's policy drives its left ankle target to
+    -1.48 rad in its first step from the model's zero pose, -1.33 rad from the default
+    pose). The proposal is core/limits_proposal's over every run, with its margins (0.1 rad
+    outside positions and targets, +10 % and room for half a period of jitter on the rest)
+    and never below the import's own values; where it passes the MJCF's range or torque
+    bound the joint is flagged (`imp.flags`). Each run is replayed through the supervisor's
+    filter at jitter 0 and 0.5 (`imp.replays`, keyed (jitter, what)).
     """
     import tempfile
     from simreal_ros.core import limits_proposal
@@ -806,43 +840,52 @@ def reference_limits(imp, model_path, policy_path, reference=None, steps=REFEREN
     with tempfile.TemporaryDirectory(prefix='simreal_import_') as tmp:
         draft = Path(tmp) / f'{imp.robot_name}.yaml'
         draft.write_text(_absolute_copy(imp, model_path, policy_path).text())
+        runs = []
         if reference:
-            trace = load_trace(reference, robot=draft)
-            what = f'the reference {reference}'
+            runs.append((f'the reference {reference}', load_trace(reference, robot=draft)))
         else:
             from simreal_ros.tools.reference_rollout import rollout
-            arrays = rollout(str(draft), steps=int(steps), cmd_vel=imp.reference_cmd)
-            np.savez(Path(tmp) / 'reference.npz', **arrays)
-            trace = load_trace(Path(tmp) / 'reference.npz', robot=draft)
             cmd = '' if imp.reference_cmd is None else f', cmd_vel {list(imp.reference_cmd)}'
-            what = (f'{int(steps)} policy steps of the policy in MuJoCo from the default '
-                    f'pose{cmd}')
-        prop = limits_proposal.propose(trace, limits_proposal.read_robot(draft),
-                                       beyond_model=True)
+            for k, (start, initial) in enumerate(_starts(imp, model_path)):
+                arrays = rollout(str(draft), steps=int(steps), cmd_vel=imp.reference_cmd,
+                                 initial_position=initial)
+                npz = Path(tmp) / f'reference{k}.npz'
+                np.savez(npz, **arrays)
+                runs.append((f'{int(steps)} policy steps of the policy in MuJoCo from '
+                             f'{start}{cmd}', load_trace(npz, robot=draft)))
+        what = ' and '.join(w for w, _ in runs)
         sup = imp.sections['safety_supervisor']
         widened = []
-        for param, values in prop.proposed_lists().items():
-            lower = param == 'position_lower'
-            new = []
-            for name, old, value in zip(prop.names, sup[param], values):
-                if value is None or (value >= old if lower else value <= old):
-                    new.append(old)
-                    continue
-                new.append(float(value))
-                widened.append(f'{name} {param} {_scalar(old)} -> {_scalar(float(value))}')
-            sup[param] = new
+        props = []
+        for _, trace in runs:
+            prop = limits_proposal.propose(trace, limits_proposal.read_robot(draft),
+                                           beyond_model=True)
+            props.append(prop)
+            for param, values in prop.proposed_lists().items():
+                lower = param == 'position_lower'
+                new = []
+                for name, old, value in zip(prop.names, sup[param], values):
+                    if value is None or (value >= old if lower else value <= old):
+                        new.append(old)
+                        continue
+                    new.append(float(value))
+                    widened.append(f'{name} {param} {_scalar(old)} -> {_scalar(float(value))}')
+                sup[param] = new
         sup['trip_velocity'] = [max(t, round(v * TRIP_FACTOR, 4)) for t, v in
                                 zip(sup['trip_velocity'], sup['velocity_limit'])]
         # Measurement plausibility against the limits written (not the proposal's own).
         past = [max(lo - prop.joints[nm]['need']['q_min'], prop.joints[nm]['need']['q_max'] - hi)
+                for prop in props
                 for nm, lo, hi in zip(prop.names, sup['position_lower'], sup['position_upper'])
                 if nm in prop.joints]
         if past and max(past) + POSITION_MARGIN > sup['state_position_margin']:
             sup['state_position_margin'] = round(max(past) + POSITION_MARGIN, 2)
         sup['state_velocity_factor'] = max([float(sup['state_velocity_factor'])] + [
             round(t / v + 0.005, 2) for t, v in zip(sup['trip_velocity'], sup['velocity_limit'])])
-        for name, text in prop.flagged:
-            imp.flags.append(f'{name}: {text}')
+        for prop in props:
+            for name, text in prop.flagged:
+                if f'{name}: {text}' not in imp.flags:
+                    imp.flags.append(f'{name}: {text}')
         imp.comments[('safety_supervisor', 'position_lower')] = [
             f'Command limits: the MJCF\'s joint ranges ({POSITION_MARGIN} rad wider for '
             f'targets), widened where the policy\'s own motion needs more ({what}: '
@@ -853,10 +896,11 @@ def reference_limits(imp, model_path, policy_path, reference=None, steps=REFEREN
                     'the MJCF-based limits already let it through'))
         draft.write_text(_absolute_copy(imp, model_path, policy_path).text())
         params = load_node_params(draft, 'safety_supervisor')
-        for jitter in (0.0, 0.5):
-            imp.replays[jitter] = replay(params, trace, 1.0, jitter)
-    for jitter, result in imp.replays.items():
-        imp.note(f'limits replay of {what}: {result.summary()}')
+        for run, trace in runs:
+            for jitter in (0.0, 0.5):
+                imp.replays[(jitter, run)] = replay(params, trace, 1.0, jitter)
+    for (jitter, run), result in imp.replays.items():
+        imp.note(f'limits replay of {run}: {result.summary()}')
     return imp
 
 
