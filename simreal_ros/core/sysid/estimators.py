@@ -428,17 +428,27 @@ def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint
     return theta, cov, r, cond, lag, y
 
 
-def latency_window(rec, i, nominal, excite, filter_hz, max_s=None):
+def latency_window(rec, i, nominal, excite, filter_hz, max_s=None, accel_hz=None,
+                   velocity=None):
     """The window the latency fit simulates joint `i` over, and the rest of the arm's part in it.
 
     From 50 ms before the excitation to its end (or `max_s` after its start). Returns (k0, the
     filtered velocities, the window slice, the torque of the other joints' motion on joint i,
     gravity's slope at the joint (N*m/rad), the link's own inertia at the window's median pose).
+    The other joints' accelerations are differentiated from the unfiltered velocities: joint
+    i's own dry friction puts steps into them (each stick and slip of a hip jerks the held
+    knee and ankle) and a `filter_hz` low-pass smears those steps into the torque the
+    simulation integrates; on the G1's hip pitch (noise off) that read the latency 0.09 ms
+    late (0.13 ms with a 40 Hz filter, 0.04 ms without; 0.04 ms also without friction).
+    `accel_hz` low-passes them all the same and `velocity` replaces the measured velocities
+    (estimate_latency's model-error terms).
     """
     fs = 1.0 / float(np.median(np.diff(rec.t)))
     qf = lowpass(rec.position, fs, filter_hz)
-    qdf = lowpass(rec.velocity, fs, filter_hz)
-    qddf = np.gradient(qdf, rec.t, axis=0)
+    qd_raw = np.asarray(rec.velocity if velocity is None else velocity, float)
+    qdf = lowpass(qd_raw, fs, filter_hz)
+    qddf = np.gradient(qd_raw if accel_hz is None else lowpass(qd_raw, fs, accel_hz),
+                       rec.t, axis=0)
     k0 = max(0, excite[0] - int(0.05 * fs))
     k1 = excite[-1] + 1 if max_s is None else min(excite[-1] + 1, excite[0] + int(max_s * fs))
     win = slice(k0, k1)
@@ -454,6 +464,35 @@ def latency_window(rec, i, nominal, excite, filter_hz, max_s=None):
     return k0, (qf, qdf), win, rest, slope, link
 
 
+INPUT_NOISE_REPLICATES = 4
+
+
+def _input_noise_std(rec, i, nominal, excite, filter_hz, fine, d, best, cost):
+    """How far the best delay moves when the other joints' velocities get their noise again.
+
+    The simulation takes the other joints' measured motion as its input (their coupling
+    torque), noise included: an output-error interval does not count that noise, and through
+    the joint's dry friction it moves the delay (it shakes a sticking joint loose). Each
+    replicate adds white noise of the level measured on each other joint (robust spread of
+    its sample-to-sample velocity differences / sqrt 2) and refits; returns the RMS of the
+    moves (their mean is part of it: on the G1's hip pitch they are 0.01-0.05 ms, mostly
+    late). Replicates use a fixed seed, so a recording always gives the same interval.
+    """
+    vel = np.asarray(rec.velocity, float)
+    dv = np.diff(vel, axis=0)
+    sigma = 1.4826 * np.median(np.abs(dv - np.median(dv, axis=0)), axis=0) / math.sqrt(2)
+    sigma[i] = 0.0
+    if not np.any(sigma > 0):
+        return 0.0
+    rng = np.random.default_rng(0)
+    moves = []
+    for _ in range(INPUT_NOISE_REPLICATES):
+        noisy = vel + rng.normal(0.0, 1.0, vel.shape) * sigma
+        coupling = latency_window(rec, i, nominal, excite, filter_hz, velocity=noisy)[3]
+        moves.append(best(fine, cost(fine, coupling=coupling)) - d)
+    return float(np.sqrt(np.mean(np.square(moves))))
+
+
 def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
                      max_latency=0.06, torque_limit=None, coarse_s=1.0, filter_hz=40.0):
     """Command transport delay by aligning measured and simulated velocity (sub-sample).
@@ -464,6 +503,15 @@ def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
     is in the simulation, so it is not counted as delay. Coarse grid (1 ms) on the first
     `coarse_s` of the excitation, then a 0.1 ms grid on all of it and a parabola through the
     minimum.
+
+    The interval combines three parts: the measurement noise (Newey-West on the velocity
+    output error), the joint parameters' own uncertainty (propagated through the simulation)
+    and a model-error part measured from the data: how far the best delay moves when the
+    other joints' accelerations (their coupling torque on this joint) are low-passed at
+    `filter_hz` instead of differentiated raw. A joint whose coupling the one-joint
+    simulation gets right does not care (the G1's ankle roll moves < 0.01 ms); the G1's hip
+    pitch, whose dry friction jerks the held knee and ankle, moves 0.05-0.1 ms, of the order
+    of the bias its estimate keeps (0.04-0.18 ms late over seeds 1000-1004).
     """
     rec.validate()
     i = experiment.index
@@ -491,28 +539,31 @@ def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
     cols = np.column_stack([rec.cmd_position[:, i], rec.cmd_velocity[:, i],
                             rec.cmd_effort[:, i]])
 
-    def simulate(delays, n=None, params=None):
+    def simulate(delays, n=None, params=None, coupling=None):
         st = sample_t if n is None else sample_t[:n]
         m = len(st)
         a, fv, fc = theta if params is None else params
-        _, qd = simulate_joint(st, qf[win][:m, i], rest[:m], slope[:m], link + a, fv, fc,
+        tau_rest = rest if coupling is None else coupling
+        _, qd = simulate_joint(st, qf[win][:m, i], tau_rest[:m], slope[:m], link + a, fv, fc,
                                kp[i], kd[i], rec.cmd_t, cols, physics_dt, delays,
                                qd0=qdf[k0, i], torque_limit=lim, stiction=STICTION)
         return qd
 
-    def cost(delays, n=None):
-        sim = simulate(delays, n)
+    def cost(delays, n=None, coupling=None):
+        sim = simulate(delays, n, coupling=coupling)
         m = sim.shape[0]
         return np.sum((sim - meas[:m, None])**2, axis=0)
+
+    def best(fine, c):
+        k = int(np.clip(np.argmin(c), 2, len(fine) - 3))
+        a2, a1, _ = np.polyfit(fine[k - 2:k + 3] - fine[k], c[k - 2:k + 3], 2)
+        return float(fine[k] - a1 / (2 * a2)) if a2 > 0 else float(fine[k])
 
     n_coarse = min(len(sample_t), int(coarse_s * fs) + (excite[0] - k0))
     grid = np.arange(0.0, max_latency + 1e-9, 0.001)
     d0 = float(grid[int(np.argmin(cost(grid, n_coarse)))])
     fine = np.arange(max(0.0, d0 - 0.0015), min(max_latency, d0 + 0.0015) + 1e-9, 1e-4)
-    c = cost(fine)
-    k = int(np.clip(np.argmin(c), 2, len(fine) - 3))
-    a2, a1, _ = np.polyfit(fine[k - 2:k + 3] - fine[k], c[k - 2:k + 3], 2)
-    d = float(fine[k] - a1 / (2 * a2)) if a2 > 0 else float(fine[k])
+    d = best(fine, cost(fine))
     if d <= 2e-4 or d >= max_latency - 2e-4:
         raise IdentificationError('not enough excitation', f'{joint}: best delay {d * 1e3:.2f} '
                                   f'ms is at the search bound [0, {max_latency * 1e3:.0f}] ms')
@@ -532,7 +583,11 @@ def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
                           for k in range(3)])
     std_noise = float(np.sqrt(cov[0, 0]))
     std_params = float(np.sqrt(np.sum((dd_dtheta * theta_std)**2)))
-    std = math.hypot(std_noise, std_params)
+    # Model-error part: the best delay with the coupling torque's accelerations low-passed.
+    smeared = latency_window(rec, i, nominal, excite, filter_hz, accel_hz=filter_hz)[3]
+    std_model = abs(best(fine, cost(fine, coupling=smeared)) - d)
+    std_input = _input_noise_std(rec, i, nominal, excite, filter_hz, fine, d, best, cost)
+    std = float(np.sqrt(std_noise**2 + std_params**2 + std_model**2 + std_input**2))
     if std * _z() > 0.005:
         raise IdentificationError('not enough excitation', f'{joint}: delay {d * 1e3:.2f} ms '
                                   f'+- {std * _z() * 1e3:.1f} ms; excite more or faster')
@@ -542,5 +597,6 @@ def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
                _r2(meas, r), 1.0, len(r),
                {'hac_lag': lag, 'coarse_delay': d0, 'gauss_newton_step': float(step[0]),
                 'std_noise': std_noise, 'std_from_params': std_params,
+                'std_model': std_model, 'std_input_noise': std_input,
                 'joint_params': {'armature': float(theta[0]), 'viscous_damping': float(theta[1]),
                                  'coulomb_friction': float(theta[2])}})
