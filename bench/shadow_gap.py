@@ -23,6 +23,8 @@ the three SysID nodes and sim_bridge (its shadow on). Steps:
    from the change (before the parameter call) to the first /diagnostics ERROR of the changed
    joint's live gap; then `safety/advance_stage` must be refused for the live gap.
 
+The shadow replays what sim_robot applied (driver/applied_command) when it arrives, else what
+the supervisor sent: `command_source` (windows per source in `command_source_windows`).
 The shadow's CPU is sim_bridge's process CPU time (/proc/<pid>/stat, utime + stime) over the
 nominal phase, per wall second (one core = 100 %): everything sim_bridge does, not only the
 replay. The last line printed is a JSON summary.
@@ -335,6 +337,21 @@ def main():
                                       for d in scored])), 3)
             for key in ('position', 'velocity')} if scored else None
         summary['floor_source'] = scored[-1]['floor_source'] if scored else None
+        # Which commands the shadow replayed (issue 41): what sim_robot applied, when, or
+        # what the supervisor sent; windows per source, the matched transport offset.
+        sources = [d.get('command_source', 'hardware/command') for d in scored]
+        summary['command_source'] = max(set(sources), key=sources.count) if sources else None
+        summary['command_source_windows'] = {k: sources.count(k) for k in sorted(set(sources))}
+        reasons = sorted({d['command_source_reason'] for d in scored
+                          if d.get('command_source_reason')})
+        summary['command_source_reasons'] = reasons[:5]
+        offsets = [d['applied_offset_s'] for d in scored
+                   if d.get('applied_offset_s') is not None]
+        summary['applied_offset_ms'] = (round(1e3 * float(np.median(offsets)), 3)
+                                        if offsets else None)
+        delays = [d['replay_delay_s'] for d in scored if d.get('replay_delay_s') is not None]
+        summary['replay_delay_ms'] = (round(1e3 * float(np.median(delays)), 3)
+                                      if delays else None)
         summary['motion_rad_s'] = {n: round(float(np.mean(
             [d['joints'][n]['motion_rad_s'] for d in scored])), 3) for n in names}
         # Per second of robot time: at rtf 1 the same as per wall second.

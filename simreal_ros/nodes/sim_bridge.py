@@ -9,7 +9,8 @@
     simreal gap --live
 
 Subscribes:
-    hardware/command, joint_states (sensor_msgs/JointState; the live gap's shadow)
+    hardware/command, driver/applied_command, joint_states (sensor_msgs/JointState; the live
+    gap's shadow)
 Publishes:
     ~/gap, ~/refined, ~/live_gap (std_msgs/String, latched JSON), /diagnostics
 Services:
@@ -170,9 +171,10 @@ class SimBridge(Node):
                               '(unknown) (s)', low=0.001, high=10.0, read_only=True),
             max_shift_s=declare(self, 'shadow.max_shift_s', 0.02, 'live gap: alignment search '
                                 'range, +- s', low=0.0, high=1.0, read_only=True))
-        enabled = declare(self, 'shadow.enabled', True, 'replay the supervisor output '
-                          '(hardware/command) through the model live and publish the gap on '
-                          '~/live_gap and /diagnostics', read_only=True)
+        enabled = declare(self, 'shadow.enabled', True, 'replay the commands the driver '
+                          'applied (driver/applied_command, else hardware/command) through the '
+                          'model live and publish the gap on ~/live_gap and /diagnostics',
+                          read_only=True)
         period = declare(self, 'shadow.period_s', 0.5, 'live gap: one window is scored every '
                          'this many seconds (off the 500 Hz path)', low=0.05, high=60.0,
                          read_only=True)
@@ -204,6 +206,12 @@ class SimBridge(Node):
         t = (sent * 1e-9 if sent and not self._sim_time else stamp_to_sec(msg.header.stamp))
         self.shadow.add_command(t, msg.name, msg.position, msg.velocity, msg.effort)
 
+    def _shadow_applied(self, msg, _info):
+        # Stamped by the driver when it handed the command on, on the robot's clock (that of
+        # joint_states): replayed from there when this stream covers the window.
+        self.shadow.add_applied(stamp_to_sec(msg.header.stamp), msg.name, msg.position,
+                                msg.velocity, msg.effort)
+
     def identified(self, params):
         """The model differs from the nominal MJCF: SysID results (or a robot file) set it."""
         nominal = self.session.nominal
@@ -219,7 +227,11 @@ class SimBridge(Node):
                 reliability=ReliabilityPolicy.BEST_EFFORT)), self._shadow_state),
             (PolledSubscription(self, JointState, 'hardware/command', QoSProfile(
                 history=HistoryPolicy.KEEP_LAST, depth=deep,
-                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command)]
+                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command),
+            # after hardware/command: an echo finds the command it matches already there
+            (PolledSubscription(self, JointState, 'driver/applied_command', QoSProfile(
+                history=HistoryPolicy.KEEP_LAST, depth=deep,
+                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_applied)]
 
     def _shadow_tick(self):
         now = self.get_clock().now().nanoseconds * 1e-9
@@ -263,6 +275,8 @@ class SimBridge(Node):
                               f'({j["status"]}; {model} model)')
             st.values = [KeyValue(key=k, value=str(v)) for k, v in j.items()]
             st.values.append(KeyValue(key='floor_source', value=str(doc.get('floor_source'))))
+            st.values.append(KeyValue(key='command_source',
+                                      value=str(doc.get('command_source'))))
             out.status.append(st)
         self.pub_diag.publish(out)
 
