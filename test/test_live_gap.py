@@ -388,6 +388,14 @@ def test_the_offset_of_the_applied_commands_is_not_counted_twice(arm3):
     params.latency_s = 0.001                 # less than the offset: never a negative delay
     sg.set_params(params, identified=True)
     assert sg.evaluate()['replay_delay_s'] == 0.0
+    # A latency identified on the plant itself (no transport in it): replayed as it is.
+    params.latency_s = arm3['truth'].latency_s
+    sg = shadow_of(arm3, None)
+    sg.set_params(params, identified=True)
+    sg.transport_in_latency = False
+    docs = [d for d in stream_both(sg, rec, sent_t) if d['status'] != 'unknown']
+    assert docs[-1]['replay_delay_s'] == arm3['truth'].latency_s
+    assert float(np.median([d['gap_over_floor'] for d in docs])) < 1.3
 
 
 def test_the_shadow_falls_back_to_the_sent_commands_when_the_echo_stops(arm3):
@@ -402,6 +410,12 @@ def test_the_shadow_falls_back_to_the_sent_commands_when_the_echo_stops(arm3):
     assert sources[0] == 'driver/applied_command' and sources[-1] == 'hardware/command'
     assert 'driver/applied_command stopped' in docs[-1]['command_source_reason']
     assert all(d['status'] != 'unknown' for d in docs)   # scored on, from what was sent
+    sg = shadow_of(arm3, None)                       # sim_bridge shadow.use_applied false
+    sg.set_params(params, identified=True)
+    sg.applied_off = 'shadow.use_applied is false'
+    docs = [d for d in stream_both(sg, rec, sent_t) if d['status'] != 'unknown']
+    assert {d['command_source'] for d in docs} == {'hardware/command'}
+    assert docs[-1]['command_source_reason'] == 'shadow.use_applied is false'
 
 
 def test_applied_commands_out_of_order_or_malformed_are_counted(arm3):

@@ -175,6 +175,16 @@ class SimBridge(Node):
                           'applied (driver/applied_command, else hardware/command) through the '
                           'model live and publish the gap on ~/live_gap and /diagnostics',
                           read_only=True)
+        use_applied = declare(self, 'shadow.use_applied', True, 'live gap: replay what the '
+                              'driver applied (driver/applied_command) while it arrives; false: '
+                              'always hardware/command as the supervisor sent it (a driver '
+                              'whose report is not to be trusted)', read_only=True)
+        self.transport_in_latency = declare(
+            self, 'shadow.transport_in_latency', True, 'live gap: latency_s was measured from '
+            'the commands as sent (SysID through the supervisor): it holds the transport to '
+            'the driver, so driver/applied_command is replayed latency_s minus the median '
+            '(apply - send) offset after each apply time; false: latency_s is the delay after '
+            'the driver applied a command (SysID on the plant itself), replayed as it is')
         period = declare(self, 'shadow.period_s', 0.5, 'live gap: one window is scored every '
                          'this many seconds (off the 500 Hz path)', low=0.05, high=60.0,
                          read_only=True)
@@ -183,6 +193,8 @@ class SimBridge(Node):
         if not enabled:
             return
         self.shadow = ShadowGap(self.session.replayer, cfg.validate('sim_bridge.shadow'))
+        self.shadow.applied_off = '' if use_applied else 'shadow.use_applied is false'
+        self.shadow.transport_in_latency = self.transport_in_latency
         self._sim_time = bool(self.get_parameter('use_sim_time').value)
         self._shadow_params_version = None
         self._params_version = 0
@@ -227,11 +239,13 @@ class SimBridge(Node):
                 reliability=ReliabilityPolicy.BEST_EFFORT)), self._shadow_state),
             (PolledSubscription(self, JointState, 'hardware/command', QoSProfile(
                 history=HistoryPolicy.KEEP_LAST, depth=deep,
-                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command),
+                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command)]
+        if not self.shadow.applied_off:
             # after hardware/command: an echo finds the command it matches already there
-            (PolledSubscription(self, JointState, 'driver/applied_command', QoSProfile(
-                history=HistoryPolicy.KEEP_LAST, depth=deep,
-                reliability=ReliabilityPolicy.RELIABLE)), self._shadow_applied)]
+            self._shadow_subs.append((PolledSubscription(
+                self, JointState, 'driver/applied_command', QoSProfile(
+                    history=HistoryPolicy.KEEP_LAST, depth=deep,
+                    reliability=ReliabilityPolicy.RELIABLE)), self._shadow_applied))
 
     def _shadow_tick(self):
         now = self.get_clock().now().nanoseconds * 1e-9
@@ -313,6 +327,10 @@ class SimBridge(Node):
                     self.recording = value
                 elif name == 'holdout':
                     self.holdout = float(value)
+                elif name == 'shadow.transport_in_latency':
+                    self.transport_in_latency = bool(value)
+                    if getattr(self, 'shadow', None) is not None:
+                        self.shadow.transport_in_latency = bool(value)
                 elif name in ('gap_threshold', 'max_shift_s', 'skip_s'):
                     setattr(self.session, 'threshold' if name == 'gap_threshold' else name,
                             float(value))

@@ -26,7 +26,9 @@ later than it was sent: replayed at its send time it counted as gap (issue 41: 1
 on a nominal run; 1.03 at the applied times). The identified latency was measured from the
 commands as sent, so it holds the constant part of the transport too: the applied stream is
 replayed `latency_s - offset` after each apply time, `offset` the median of (apply stamp - send
-time) over commands matched by content (never below zero delay). Content, not a stamp carried
+time) over commands matched by content (never below zero delay); a latency measured after the
+driver applied the commands (SysID on the plant itself: `transport_in_latency` False) is
+replayed as it is. Content, not a stamp carried
 along: a driver that writes its robot's commands at its own rate (unitree_bridge) repeats one
 command many times and has no field for another stamp; the first echo of each new command's
 values is its apply time.
@@ -122,6 +124,10 @@ class ShadowGap:
         self.rejected = 0
         self.last = None
         self.source, self.source_why, self.shift = SENT, f'no {APPLIED} received', 0.0
+        self.applied_off = ''                # why the applied stream is not used, if set
+        # latency_s was measured from the commands as sent (it holds the transport to the
+        # driver, which the applied stream has already had): False for a SysID on the plant
+        self.transport_in_latency = True
 
     # -- inputs ---------------------------------------------------------------------------
     def set_params(self, params, identified):
@@ -223,6 +229,8 @@ class ShadowGap:
         """(rows, replay shift s, source, why): the applied stream while it covers the window
         and its offset is known, else the sent one (why says what the applied stream lacks)."""
         delay = float(self.params.latency_s) if self.params is not None else 0.0
+        if self.applied_off:
+            return self.commands, 0.0, SENT, self.applied_off
         if not self.applied:
             return self.commands, 0.0, SENT, f'no {APPLIED} received'
         offset = self.offset()
@@ -236,8 +244,10 @@ class ShadowGap:
         if offset is None:
             return self.commands, 0.0, SENT, (f'no {APPLIED} matched a {SENT} yet (its '
                                               'transport delay is unknown)')
-        # Replayed latency_s - offset after the apply time, never before it.
-        return self.applied, min(max(offset, 0.0), delay), APPLIED, ''
+        # Replayed latency_s - offset after the apply time, never before it; latency_s as it
+        # is when it was measured after the driver applied the commands (no transport in it).
+        shift = min(max(offset, 0.0), delay) if self.transport_in_latency else 0.0
+        return self.applied, shift, APPLIED, ''
 
     # -- one window -----------------------------------------------------------------------
     def window(self):
