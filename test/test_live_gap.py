@@ -426,3 +426,4 @@ def test_applied_commands_out_of_order_or_malformed_are_counted(arm3):
     assert not sg.add_applied(1.1, ['wrist'], [0.1])                  # unknown joint
     assert not sg.add_applied(math.nan, arm3['names'], [0.1] * 3)
     assert sg.rejected == 3 and len(sg.applied) == 1
+    assert sg.evaluate()['rejected'] == 3                 # published, not silently dropped

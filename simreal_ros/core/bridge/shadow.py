@@ -28,10 +28,10 @@ commands as sent, so it holds the constant part of the transport too: the applie
 replayed `latency_s - offset` after each apply time, `offset` the median of (apply stamp - send
 time) over commands matched by content (never below zero delay); a latency measured after the
 driver applied the commands (SysID on the plant itself: `transport_in_latency` False) is
-replayed as it is. Content, not a stamp carried
-along: a driver that writes its robot's commands at its own rate (unitree_bridge) repeats one
-command many times and has no field for another stamp; the first echo of each new command's
-values is its apply time.
+replayed as it is. Content, not a stamp carried along: a driver that writes its robot's
+commands at its own rate (unitree_bridge) repeats one command many times and has no field for
+another stamp; the first echo of each new command's values is its apply time. Input rejected
+(a joint unknown, a length wrong, non-finite, out of order) is counted (`rejected`).
 
 Status per joint: OK, WARN above `warn_ratio`, ERROR once above `error_ratio` in
 `persist_windows` consecutive windows (one noisy window is not drift; windows overlap, so the
@@ -299,6 +299,7 @@ class ShadowGap:
         doc = self._evaluate(now)
         self.cpu_s += time.process_time() - started
         doc['windows'] = self.windows
+        doc['rejected'] = self.rejected
         doc['command_source'] = self.source
         if self.source_why:
             doc['command_source_reason'] = self.source_why
