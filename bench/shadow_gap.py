@@ -4,6 +4,7 @@ within seconds after it changes, and no promotion while the simulator no longer 
 
     .venv/bin/python bench/shadow_gap.py                           # 300 s nominal, elbow x3
     .venv/bin/python bench/shadow_gap.py --nominal-s 60 --change '{"shoulder_yaw": {"viscous_damping": 2.5}}'
+    .venv/bin/python bench/shadow_gap.py --nominal-s 60 --sent-only   # hardware/command as sent
 
 Separate processes in real time over DDS: sim_robot (test.plant_change_enabled), safety_supervisor,
 the three SysID nodes and sim_bridge (its shadow on). Steps:
@@ -23,6 +24,8 @@ the three SysID nodes and sim_bridge (its shadow on). Steps:
    from the change (before the parameter call) to the first /diagnostics ERROR of the changed
    joint's live gap; then `safety/advance_stage` must be refused for the live gap.
 
+The shadow replays what sim_robot applied (driver/applied_command) when it arrives, else what
+the supervisor sent: `command_source` (windows per source in `command_source_windows`).
 The shadow's CPU is sim_bridge's process CPU time (/proc/<pid>/stat, utime + stime) over the
 nominal phase, per wall second (one core = 100 %): everything sim_bridge does, not only the
 replay. The last line printed is a JSON summary.
@@ -104,6 +107,9 @@ def main():
                     'nodes through the supervisor (falls back to core when a loaded machine '
                     'aborts them 6 times, reported); core: the same estimators on a SimPlant '
                     'of the true plant, without ROS')
+    ap.add_argument('--sent-only', action='store_true', help='the shadow replays '
+                    'hardware/command as sent, never what sim_robot applied '
+                    '(shadow.use_applied false): the comparison for issue 41')
     ap.add_argument('--out', default='')
     args = ap.parse_args()
     from simreal_ros.nodes.common import localhost_discovery  # noqa: E402
@@ -130,7 +136,8 @@ def main():
         for n in NODES:
             over[n]['joint_states_timeout_s'] = 2 * args.watchdog_s
     over['sim_robot'] = {'test.plant_change_enabled': True, 'real_time_factor': args.rtf}
-    over['sim_bridge'] = {'recordings_dir': str(out / 'sysid'), 'export_dir': str(out / 'export')}
+    over['sim_bridge'] = {'recordings_dir': str(out / 'sysid'), 'export_dir': str(out / 'export'),
+                          'shadow.use_applied': not args.sent_only}
     over['safety_supervisor'] = {'stage_file': str(out / 'stages.json'), 'resume_stage': False,
                                  'stage_dwell_s': [2.0]}
     if args.watchdog_s:
@@ -251,6 +258,15 @@ def main():
         done, refused = sysid_client.push_to_bridge(ros, values)
         if refused:
             raise SystemExit(f'sim_bridge refused {refused}')
+        # The core SysID's latency is the plant's own, after the command was applied: the
+        # applied stream is replayed that long after each apply time (no transport in it).
+        summary['transport_in_latency'] = not summary['sysid_path'].startswith('core')
+        param = Parameter(name='shadow.transport_in_latency', value=ParameterValue(
+            type=ParameterType.PARAMETER_BOOL, bool_value=summary['transport_in_latency']))
+        resp = ros.call(SetParameters, 'sim_bridge/set_parameters',
+                        SetParameters.Request(parameters=[param]), 'sim_bridge')
+        if not resp.results[0].successful:
+            raise SystemExit(f'sim_bridge refused {param.name}: {resp.results[0].reason}')
         gap = sysid_client.evaluate_gap(ros)
         summary['sysid_wall_s'] = round(time.monotonic() - t0, 1)
         summary['identified'] = {k: round(v, 5) for k, v in values.items()
@@ -330,11 +346,33 @@ def main():
             'median': round(1e3 * float(np.nanmedian(shifts)), 3),
             'p05': round(1e3 * float(np.nanpercentile(shifts, 5)), 3),
             'p95': round(1e3 * float(np.nanpercentile(shifts, 95)), 3)} if scored else None
+        # Windows aligned more than 2 ms off (first five): their motion says whether they had
+        # anything to align on.
+        summary['shift_outliers'] = [
+            {'shift_ms': round(1e3 * d['shift_s'], 2), 'gap_over_floor': round(
+                d['gap_over_floor'], 2), 'motion_rad_s': round(max(
+                    d['joints'][n]['motion_rad_s'] for n in names), 3)}
+            for d in scored if abs(d.get('shift_s', 0.0)) > 0.002][:5]
         summary['gap_over_floor_nominal_split'] = {
             key: round(float(np.mean([[d['joints'][n][f'{key}_over_floor'] for n in names]
                                       for d in scored])), 3)
             for key in ('position', 'velocity')} if scored else None
         summary['floor_source'] = scored[-1]['floor_source'] if scored else None
+        # Which commands the shadow replayed (issue 41): what sim_robot applied, when, or
+        # what the supervisor sent; windows per source, the matched transport offset.
+        sources = [d.get('command_source', 'hardware/command') for d in scored]
+        summary['command_source'] = max(set(sources), key=sources.count) if sources else None
+        summary['command_source_windows'] = {k: sources.count(k) for k in sorted(set(sources))}
+        reasons = sorted({d['command_source_reason'] for d in scored
+                          if d.get('command_source_reason')})
+        summary['command_source_reasons'] = reasons[:5]
+        offsets = [d['applied_offset_s'] for d in scored
+                   if d.get('applied_offset_s') is not None]
+        summary['applied_offset_ms'] = (round(1e3 * float(np.median(offsets)), 3)
+                                        if offsets else None)
+        delays = [d['replay_delay_s'] for d in scored if d.get('replay_delay_s') is not None]
+        summary['replay_delay_ms'] = (round(1e3 * float(np.median(delays)), 3)
+                                      if delays else None)
         summary['motion_rad_s'] = {n: round(float(np.mean(
             [d['joints'][n]['motion_rad_s'] for d in scored])), 3) for n in names}
         # Per second of robot time: at rtf 1 the same as per wall second.

@@ -122,3 +122,8 @@ def test_gap_live_lines_per_joint():
     assert '41.00 x floor' in row and 'ERROR' in row and 'NRMSE position 30.00 %' in row
     assert any(x.strip() == 'shoulder_pitch     unknown' for x in lines)
     assert 'offline gap 0.12 % (PASS at 15 %, held-out latency.mcap)' in lines[-1]
+    # issue 41: which commands the shadow replayed, and why not the applied ones
+    doc = dict(LIVE, command_source='hardware/command',
+               command_source_reason='no driver/applied_command received')
+    assert ('  commands replayed: hardware/command (no driver/applied_command received)'
+            in format_live_gap(doc))

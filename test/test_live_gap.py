@@ -311,3 +311,119 @@ def test_an_untrusted_live_gap_refuses_promotion_until_its_publishers_keep_their
     assert not ok and why.startswith('live gap not trusted: /rogue'), why
     r.sup.live_gap.untrusted = ''
     assert r.sup.advance_stage(r.t)[0]
+
+
+# -- issue 41: the shadow replays the commands as the driver applied them --------------------
+def late_run(arm3, seed=7, seconds=6.0, late_every=4, transport_s=0.0003):
+    """A 500 Hz run whose commands reach the plant `transport_s` after they were sent, and one
+    in `late_every` (at random) a period later still: the driver's loop had computed that
+    period before it arrived (sim_robot, issue 41). Return (recording at the apply times, send
+    times, the latency identified from the send times: the plant's and the usual transport)."""
+    from dataclasses import replace
+    from simreal_ros.core.bridge.excite import multisine_run, record_run
+    from simreal_ros.core.plant import SimPlant
+    rng = np.random.default_rng(seed)
+    run = multisine_run(arm3['names'], 0.0, [0.3] * 3, (0.5, 3.0), seconds,
+                        nominal=arm3['nominal'], seed=seed, rate_hz=500)
+    period = run.t[1] - run.t[0]
+    late = rng.random(len(run.t)) < 1.0 / late_every
+    applied = np.maximum.accumulate(run.t + transport_s + period * late)
+    sp = SimPlant(arm3['model'], arm3['names'], 0.001, arm3['sim']['kp'], arm3['sim']['kd'],
+                  truth=arm3['truth'], seed=seed)
+    rec = record_run(sp, replace(run, t=applied))
+    return rec, run.t, arm3['truth'].latency_s + transport_s
+
+
+def stream_both(sg, rec, sent_t, applied=True, applied_until=math.inf, every_s=0.5):
+    """Feed states, the commands at their send times and (applied) at their apply times."""
+    docs, si, ai, next_eval = [], 0, 0, 1.6
+    for k, t in enumerate(rec.t):
+        while si < len(sent_t) and sent_t[si] <= t:
+            sg.add_command(sent_t[si], rec.names, rec.cmd_position[si],
+                           rec.cmd_velocity[si], rec.cmd_effort[si])
+            si += 1
+        while applied and ai < len(rec.cmd_t) and rec.cmd_t[ai] <= min(t, applied_until):
+            assert sg.add_applied(rec.cmd_t[ai], rec.names, rec.cmd_position[ai],
+                                  rec.cmd_velocity[ai], rec.cmd_effort[ai])
+            ai += 1
+        sg.add_state(t, rec.names, rec.position[k], rec.velocity[k])
+        if t >= next_eval:
+            docs.append(sg.evaluate())
+            next_eval = t + every_s
+    return docs
+
+
+def test_the_applied_commands_score_near_the_floor_where_the_sent_ones_do_not(arm3):
+    rec, sent_t, latency = late_run(arm3, late_every=10)
+    params = arm3['params'].copy()
+    params.latency_s = latency               # as identified from the commands as sent
+    scores = {}
+    for applied in (True, False):
+        sg = shadow_of(arm3, None)
+        sg.set_params(params, identified=True)
+        docs = [d for d in stream_both(sg, rec, sent_t, applied=applied)
+                if d['status'] != 'unknown']
+        assert len(docs) >= 6
+        scores[applied] = float(np.median([d['gap_over_floor'] for d in docs]))
+        source = docs[-1]['command_source']
+        assert source == ('driver/applied_command' if applied else 'hardware/command')
+    d = docs[-1]
+    assert d['command_source_reason'] == 'no driver/applied_command received'
+    assert scores[True] < 1.3, scores
+    assert scores[False] > 1.5 * scores[True], scores
+
+
+def test_the_offset_of_the_applied_commands_is_not_counted_twice(arm3):
+    rec, sent_t, latency = late_run(arm3, late_every=10 ** 9, transport_s=0.004)
+    params = arm3['params'].copy()
+    params.latency_s = latency
+    sg = shadow_of(arm3, None)
+    sg.set_params(params, identified=True)
+    docs = [d for d in stream_both(sg, rec, sent_t) if d['status'] != 'unknown']
+    d = docs[-1]
+    assert d['command_source'] == 'driver/applied_command'
+    assert d['applied_offset_s'] == pytest.approx(0.004, abs=1e-4)
+    assert d['replay_delay_s'] == pytest.approx(arm3['truth'].latency_s, abs=1e-4)
+    assert float(np.median([d['gap_over_floor'] for d in docs])) < 1.3
+    params.latency_s = 0.001                 # less than the offset: never a negative delay
+    sg.set_params(params, identified=True)
+    assert sg.evaluate()['replay_delay_s'] == 0.0
+    # A latency identified on the plant itself (no transport in it): replayed as it is.
+    params.latency_s = arm3['truth'].latency_s
+    sg = shadow_of(arm3, None)
+    sg.set_params(params, identified=True)
+    sg.transport_in_latency = False
+    docs = [d for d in stream_both(sg, rec, sent_t) if d['status'] != 'unknown']
+    assert docs[-1]['replay_delay_s'] == arm3['truth'].latency_s
+    assert float(np.median([d['gap_over_floor'] for d in docs])) < 1.3
+
+
+def test_the_shadow_falls_back_to_the_sent_commands_when_the_echo_stops(arm3):
+    rec, sent_t, latency = late_run(arm3, seconds=5.0)
+    params = arm3['params'].copy()
+    params.latency_s = latency
+    sg = shadow_of(arm3, None)
+    sg.set_params(params, identified=True)
+    docs = [d for d in stream_both(sg, rec, sent_t, applied_until=3.0)
+            if d['status'] != 'unknown']
+    sources = [d['command_source'] for d in docs]
+    assert sources[0] == 'driver/applied_command' and sources[-1] == 'hardware/command'
+    assert 'driver/applied_command stopped' in docs[-1]['command_source_reason']
+    assert all(d['status'] != 'unknown' for d in docs)   # scored on, from what was sent
+    sg = shadow_of(arm3, None)                       # sim_bridge shadow.use_applied false
+    sg.set_params(params, identified=True)
+    sg.applied_off = 'shadow.use_applied is false'
+    docs = [d for d in stream_both(sg, rec, sent_t) if d['status'] != 'unknown']
+    assert {d['command_source'] for d in docs} == {'hardware/command'}
+    assert docs[-1]['command_source_reason'] == 'shadow.use_applied is false'
+
+
+def test_applied_commands_out_of_order_or_malformed_are_counted(arm3):
+    from simreal_ros.core.bridge.shadow import ShadowGap
+    sg = ShadowGap(arm3['session'].replayer)
+    assert sg.add_applied(1.0, arm3['names'], [0.0] * 3)
+    assert not sg.add_applied(0.9, arm3['names'], [0.1] * 3)          # before the newest
+    assert not sg.add_applied(1.1, ['wrist'], [0.1])                  # unknown joint
+    assert not sg.add_applied(math.nan, arm3['names'], [0.1] * 3)
+    assert sg.rejected == 3 and len(sg.applied) == 1
+    assert sg.evaluate()['rejected'] == 3                 # published, not silently dropped

@@ -103,6 +103,21 @@ def test_live_gap_gates_promotion_names_the_changed_joint_and_needs_a_fresh_valu
             doc = wait_for(fresh_ok, 90, interval=0.2, what='a live gap OK of the identified '
                            'model')
             assert set(doc['joints']) == {'shoulder_yaw', 'shoulder_pitch', 'elbow_pitch'}
+
+            def applied_ok():
+                # issue 41: it replays what sim_robot applied, once that covers a window
+                for _, msg in reversed(live.all()):
+                    d = json.loads(msg.data)
+                    if d.get('command_source') == 'driver/applied_command':
+                        return d if d.get('status') == 'OK' else None
+                return None
+            try:
+                wait_for(applied_ok, 30, interval=0.2, what='a live gap OK replaying '
+                         'driver/applied_command')
+            except AssertionError:
+                d = json.loads(live.all()[-1][1].data)
+                raise AssertionError((d.get('command_source'), d.get('command_source_reason'),
+                                      d.get('status'), d.get('reason'))) from None
             wait_for(lambda: rig.state('live_gap')['required'], 10, what='the gate on')
 
             # Promotion with a fresh live gap below its threshold (retried while the dwell

@@ -203,3 +203,47 @@ def test_clock_runs_while_held_and_goes_on_from_there_when_commanded(ros, tmp_pa
             assert abs(probe.position('shoulder_pitch') - held[1]) > 0.01   # it moves now
         finally:
             probe.stop()
+
+
+def test_each_command_is_published_as_applied_stamped_on_the_robot_clock(arm):
+    # issue 41: driver/applied_command, one per command handed to the plant, stamped on the
+    # clock of joint_states when it entered the plant (the hidden latency is not added), and
+    # the damping the driver applies on its own (command_timeout_s) as well.
+    _, probe = arm
+    applied, lock = [], threading.Lock()
+
+    def on_applied(msg):
+        with lock:
+            applied.append(msg)
+    deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    sub = probe.node.create_subscription(JointState, 'driver/applied_command', on_applied,
+                                         deep)
+    try:
+        wait_for(lambda: sub.get_publisher_count() > 0, 10,
+                 what='sim_robot publishing driver/applied_command')
+        sent = [0.1 + 0.001 * k for k in range(150)]
+        for k, q in enumerate(sent):
+            if k == 75:                               # one for a subset, in its own order
+                probe.send(['elbow_pitch', 'shoulder_yaw'], position=[0.0, 0.0])
+            probe.send(NAMES, position=[0.0, q, 0.0], velocity=[0.0, 0.0, 0.0])
+            time.sleep(0.005)   # the command stream's own rate, not synchronisation
+        wait_for(lambda: len(applied) >= len(sent) + 1, 10, what='every command as applied')
+        wait_for(lambda: any(not m.position for m in list(applied)), 10,
+                 what='the damping applied after command_timeout_s')
+        with lock:
+            got = list(applied)
+        commands = [m for m in got if m.position]
+        assert [m.position[1] for m in commands if list(m.name) == NAMES] == sent
+        subset = [m for m in commands if list(m.name) != NAMES]
+        assert [list(m.name) for m in subset] == [['elbow_pitch', 'shoulder_yaw']]
+        damping = [m for m in got if not m.position][0]
+        assert sorted(damping.name) == sorted(NAMES) and list(damping.velocity) == [0.0] * 3
+        stamp = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in got]
+        assert all(b >= a for a, b in zip(stamp, stamp[1:])), 'applied stamps went back'
+        with probe.lock:
+            states = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+                      for m in probe.states]
+        # On the robot's clock: inside the span of the joint_states stamped around them.
+        assert states[0] <= stamp[0] and stamp[-1] <= states[-1]
+    finally:
+        probe.node.destroy_subscription(sub)

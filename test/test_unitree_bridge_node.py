@@ -262,3 +262,42 @@ def test_the_remote_estop_stops_the_robot_and_its_reset_buttons_reset(ros, tmp_p
                  what='the remote reset accepted')
         wait_for(lambda: json.loads(states.all()[-1][1].data)['cause'] == 'commanded', 5,
                  what='the bridge commanding again')
+
+
+def test_each_lowcmd_written_is_echoed_as_applied(ros, wire, tmp_path):
+    """issue 41: unitree_bridge publishes each LowCmd_ it writes on driver/applied_command
+    (the joint targets it wrote, stamped when written), its own damping as well; sim_robot
+    behind a Unitree interface is the robot, not the driver: it does not publish there."""
+    import numpy as np
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+    tap = Tap(wire)
+    try:
+        with Rig(ARM3, bridge={}, tmp=str(tmp_path)) as rig:
+            echo = rig.watch(JointState, 'driver/applied_command',
+                             QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+            rig.wait_forwarding()
+            t0 = time.monotonic()
+            wait_for(lambda: len([m for _, m in echo.since(t0) if len(m.position)]) > 200, 10,
+                     what='position targets echoed on driver/applied_command')
+            wait_for(lambda: any(not damping(r, ARM_MOTORS) for _, r in tap.since(t0)), 5,
+                     what="the supervisor's position targets on rt/lowcmd")
+            assert rig.node.count_publishers('/driver/applied_command') == 1
+            echoed = {tuple(np.float32(m.position)) for _, m in echo.since(t0)
+                      if len(m.position)}
+            written = [tuple(r['motor_cmd']['q'][ARM_MOTORS]) for _, r in tap.since(t0)
+                       if not damping(r, ARM_MOTORS)]
+            # every LowCmd_ seen on the wire was echoed with the targets it carried
+            missing = [q for q in written[:-5] if q not in echoed]
+            assert not missing, f'{len(missing)} of {len(written)} LowCmd_ not echoed'
+            stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+                      for _, m in echo.all()]
+            assert all(b >= a for a, b in zip(stamps, stamps[1:])), 'echo stamps went back'
+            killed = rig.signal('safety_supervisor', signal.SIGKILL)
+            wait_for(lambda: any(not len(m.position) for _, m in echo.since(killed)), 5,
+                     what='the damping echoed after the supervisor died')
+            m = next(m for _, m in echo.since(killed) if not len(m.position))
+            assert list(m.name) == ['shoulder_yaw', 'shoulder_pitch', 'elbow_pitch']
+            assert list(m.velocity) == [0.0] * 3
+    finally:
+        tap.close()

@@ -53,6 +53,11 @@ def format_live_gap(doc):
                      f'(NRMSE position {100 * j["nrmse_position"]:.2f} %, velocity '
                      f'{100 * j["nrmse_velocity"]:.2f} %, motion {j.get("motion_rad_s", 0):.3f} '
                      'rad/s)')
+    source = doc.get('command_source')
+    if source:
+        lines.append(f'  commands replayed: {source}'
+                     + (f' ({doc["command_source_reason"]})'
+                        if doc.get('command_source_reason') else ''))
     offline = doc.get('offline')
     if offline:
         lines.append(f'  offline gap {100 * offline["gap"]:.2f} % '

@@ -377,6 +377,11 @@ class SimPlant:
         return ff + kp * (q_t - q) + kd * (dq_t - dq)
 
     @property
+    def timed_out(self):
+        """Per joint: True while it is on the damping fallback (a copy)."""
+        return self._timed_out.copy()
+
+    @property
     def damped(self):
         """True while every joint is on the damping fallback (no fresh command)."""
         return bool(self._timed_out.all())

@@ -371,6 +371,16 @@ class BridgeCore:
         self._finish()
         return self.out
 
+    def written(self):
+        """(position, velocity, effort) of joint_names in the LowCmd_ last composed, as
+        hardware/command carries them: NaN where the term is off (kp 0: no position target;
+        kp and kd 0: no velocity term). The echo on driver/applied_command."""
+        f, m = self._f, self.m
+        kp, kd = f['kp'][m].astype(float), f['kd'][m].astype(float)
+        q = np.where(kp > 0, f['q'][m].astype(float), np.nan)
+        dq = np.where((kp > 0) | (kd > 0), f['dq'][m].astype(float), np.nan)
+        return q, dq, f['tau'][m].astype(float)
+
     # -- state out ------------------------------------------------------------------------
     def joint_state(self):
         """(position, velocity, effort) of joint_names from the latest LowState_."""

@@ -16,6 +16,7 @@ differ from the package's names (every node is remapped the same way):
         joint_states_topic: /robot/joint_states
         command_topic: /robot/joint_command
         imu_topic: /robot/imu
+        applied_command_topic: /robot/applied_command   # what it applied (the live gap)
 """
 from dataclasses import dataclass, field
 import importlib.util
@@ -54,7 +55,7 @@ def rehearsal_wire(interface='unitree_hg', environ=None):
 
 # Driver topics a robot's `deploy` section may remap: package name -> deploy parameter.
 DRIVER_TOPICS = {'joint_states': 'joint_states_topic', 'hardware/command': 'command_topic',
-                 'imu': 'imu_topic'}
+                 'imu': 'imu_topic', 'driver/applied_command': 'applied_command_topic'}
 DEPLOY_SECTION = 'deploy'
 # Parameters of the shared '/**' section read by the tools themselves, not by a node.
 TOOL_PARAMETERS = ('robot_name',)

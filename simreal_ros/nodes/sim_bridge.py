@@ -9,7 +9,8 @@
     simreal gap --live
 
 Subscribes:
-    hardware/command, joint_states (sensor_msgs/JointState; the live gap's shadow)
+    hardware/command, driver/applied_command, joint_states (sensor_msgs/JointState; the live
+    gap's shadow)
 Publishes:
     ~/gap, ~/refined, ~/live_gap (std_msgs/String, latched JSON), /diagnostics
 Services:
@@ -170,9 +171,20 @@ class SimBridge(Node):
                               '(unknown) (s)', low=0.001, high=10.0, read_only=True),
             max_shift_s=declare(self, 'shadow.max_shift_s', 0.02, 'live gap: alignment search '
                                 'range, +- s', low=0.0, high=1.0, read_only=True))
-        enabled = declare(self, 'shadow.enabled', True, 'replay the supervisor output '
-                          '(hardware/command) through the model live and publish the gap on '
-                          '~/live_gap and /diagnostics', read_only=True)
+        enabled = declare(self, 'shadow.enabled', True, 'replay the commands the driver '
+                          'applied (driver/applied_command, else hardware/command) through the '
+                          'model live and publish the gap on ~/live_gap and /diagnostics',
+                          read_only=True)
+        use_applied = declare(self, 'shadow.use_applied', True, 'live gap: replay what the '
+                              'driver applied (driver/applied_command) while it arrives; false: '
+                              'always hardware/command as the supervisor sent it (a driver '
+                              'whose report is not to be trusted)', read_only=True)
+        self.transport_in_latency = declare(
+            self, 'shadow.transport_in_latency', True, 'live gap: latency_s was measured from '
+            'the commands as sent (SysID through the supervisor): it holds the transport to '
+            'the driver, so driver/applied_command is replayed latency_s minus the median '
+            '(apply - send) offset after each apply time; false: latency_s is the delay after '
+            'the driver applied a command (SysID on the plant itself), replayed as it is')
         period = declare(self, 'shadow.period_s', 0.5, 'live gap: one window is scored every '
                          'this many seconds (off the 500 Hz path)', low=0.05, high=60.0,
                          read_only=True)
@@ -181,6 +193,8 @@ class SimBridge(Node):
         if not enabled:
             return
         self.shadow = ShadowGap(self.session.replayer, cfg.validate('sim_bridge.shadow'))
+        self.shadow.applied_off = '' if use_applied else 'shadow.use_applied is false'
+        self.shadow.transport_in_latency = self.transport_in_latency
         self._sim_time = bool(self.get_parameter('use_sim_time').value)
         self._shadow_params_version = None
         self._params_version = 0
@@ -204,6 +218,12 @@ class SimBridge(Node):
         t = (sent * 1e-9 if sent and not self._sim_time else stamp_to_sec(msg.header.stamp))
         self.shadow.add_command(t, msg.name, msg.position, msg.velocity, msg.effort)
 
+    def _shadow_applied(self, msg, _info):
+        # Stamped by the driver when it handed the command on, on the robot's clock (that of
+        # joint_states): replayed from there when this stream covers the window.
+        self.shadow.add_applied(stamp_to_sec(msg.header.stamp), msg.name, msg.position,
+                                msg.velocity, msg.effort)
+
     def identified(self, params):
         """The model differs from the nominal MJCF: SysID results (or a robot file) set it."""
         nominal = self.session.nominal
@@ -220,6 +240,12 @@ class SimBridge(Node):
             (PolledSubscription(self, JointState, 'hardware/command', QoSProfile(
                 history=HistoryPolicy.KEEP_LAST, depth=deep,
                 reliability=ReliabilityPolicy.RELIABLE)), self._shadow_command)]
+        if not self.shadow.applied_off:
+            # after hardware/command: an echo finds the command it matches already there
+            self._shadow_subs.append((PolledSubscription(
+                self, JointState, 'driver/applied_command', QoSProfile(
+                    history=HistoryPolicy.KEEP_LAST, depth=deep,
+                    reliability=ReliabilityPolicy.RELIABLE)), self._shadow_applied))
 
     def _shadow_tick(self):
         now = self.get_clock().now().nanoseconds * 1e-9
@@ -263,6 +289,8 @@ class SimBridge(Node):
                               f'({j["status"]}; {model} model)')
             st.values = [KeyValue(key=k, value=str(v)) for k, v in j.items()]
             st.values.append(KeyValue(key='floor_source', value=str(doc.get('floor_source'))))
+            st.values.append(KeyValue(key='command_source',
+                                      value=str(doc.get('command_source'))))
             out.status.append(st)
         self.pub_diag.publish(out)
 
@@ -299,6 +327,10 @@ class SimBridge(Node):
                     self.recording = value
                 elif name == 'holdout':
                     self.holdout = float(value)
+                elif name == 'shadow.transport_in_latency':
+                    self.transport_in_latency = bool(value)
+                    if getattr(self, 'shadow', None) is not None:
+                        self.shadow.transport_in_latency = bool(value)
                 elif name in ('gap_threshold', 'max_shift_s', 'skip_s'):
                     setattr(self.session, 'threshold' if name == 'gap_threshold' else name,
                             float(value))

@@ -11,7 +11,9 @@ Subscribes:
     (std_msgs/String, with a Unitree interface)
 Publishes:
     joint_states (sensor_msgs/JointState), imu (sensor_msgs/Imu, floating base), /clock (when
-    publish_clock), driver/state (std_msgs/String, latched JSON), sim/base_pose
+    publish_clock), driver/applied_command (sensor_msgs/JointState: each command as it entered
+    the plant, and the damping of a joint the driver took off its command, stamped then on
+    the robot's clock), driver/state (std_msgs/String, latched JSON), sim/base_pose
     (geometry_msgs/PoseStamped, floating base), /diagnostics; with `interface: unitree_hg` or
     `unitree_go`: LowState_ on rt/lowstate and LowCmd_ from rt/lowcmd instead of the topics
 Parameters:
@@ -135,7 +137,8 @@ class SimRobot(Parameters, Lockstep, UnitreeInterface, Node):
         self.pub_clock = (self.create_publisher(ClockMsg, '/clock', SENSOR_PUB_QOS)
                           if self.publish_clock else None)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.pub_joint = self.pub_imu = None
+        self.pub_joint = self.pub_imu = self.pub_applied = None
+        self._expired = self.plant.timed_out
         if self.interface == 'ros':
             self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
             self.pub_imu = (self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
@@ -143,6 +146,10 @@ class SimRobot(Parameters, Lockstep, UnitreeInterface, Node):
             # Taken as bytes and read directly (core/cdr.py), as the supervisor reads its
             # inputs: no message object per command at 500 Hz.
             self._command_decoder = JointStateDecoder()
+            # What this driver handed to the plant, when (issue 41: the live gap replays it).
+            self.pub_applied = self.create_publisher(JointState, 'driver/applied_command',
+                                                     COMMAND_QOS)
+            self._applied_enc = JointStateEncoder(self.plant.names)
             self._command_sub = self.create_subscription(
                 JointState, 'hardware/command', self._on_command_raw, COMMAND_QOS,
                 callback_group=group, raw=True)
@@ -268,10 +275,12 @@ class SimRobot(Parameters, Lockstep, UnitreeInterface, Node):
                                    throttle_duration_sec=2.0)
             return
         if self.lockstep:
-            self._lockstep_command(cmd, stamp_ns)
+            self._lockstep_command(cmd, stamp_ns, names, position, velocity, effort)
             return
         with self._lock:
-            self.plant.submit(cmd, self._arrival_time())
+            t = self._arrival_time()
+            self.plant.submit(cmd, t)
+            self._applied(t, names, position, velocity, effort)
             # A damping or zero-torque command (a supervisor's safe mode) leaves the robot in
             # its gantry; a controller holding or moving it (position targets) lowers it.
             self._commanded |= cmd.position is not None or self.plant.command_mode == 'effort'
@@ -295,6 +304,41 @@ class SimRobot(Parameters, Lockstep, UnitreeInterface, Node):
         # never before the command taken before it: the plant applies its queue in order
         self._last_arrival = t = max(t, self._last_arrival)
         return t
+
+    def _robot_stamp(self, t):
+        """(sec, nanosec) of plant time t on the clock joint_states is stamped with."""
+        if self.publish_clock:
+            return split_stamp(t + self._clock_shift)
+        if self.rtf > 0 and self._wall_last is not None:
+            return split_stamp(self._wall_last + (t - self._sim_last) / self.rtf
+                               + self._clock_offset())
+        return divmod(self.get_clock().now().nanoseconds, 1_000_000_000)
+
+    def _applied(self, t, names, position, velocity, effort):
+        """Publish a command as handed to the plant at plant time t (driver/applied_command):
+        when it entered the delay line, not when it takes effect (the hidden latency)."""
+        if self.pub_applied is None:
+            return
+        sec, nanosec = self._robot_stamp(t)
+        if list(names) == self.plant.names:
+            self.pub_applied.publish(self._applied_enc.encode(
+                sec, nanosec, list(position) or None, list(velocity) or None,
+                list(effort) or None))
+            return
+        msg = JointState(name=list(names), position=list(position), velocity=list(velocity),
+                         effort=list(effort))
+        msg.header.stamp = TimeMsg(sec=sec, nanosec=nanosec)
+        self.pub_applied.publish(msg)
+
+    def _applied_damping(self):
+        """After a step: the joints the plant took off their command (command_timeout_s, a
+        lost heartbeat, a rogue) are damped by this driver: published as applied commands."""
+        expired = self.plant.timed_out
+        newly = expired & ~self._expired
+        self._expired = expired
+        if newly.any():
+            names = [n for n, k in zip(self.plant.names, newly) if k]
+            self._applied(self.plant.time, names, (), [0.0] * len(names), ())
 
     def _take_waiting_commands(self):
         """Take the commands that arrived since the last tick before simulating it, each at
@@ -364,6 +408,7 @@ class SimRobot(Parameters, Lockstep, UnitreeInterface, Node):
                 return
             with self._lock:
                 self.plant.step(self.steps_per_tick)
+                self._applied_damping()
                 self._periods_done += 1
                 self._sim_last = self.plant.time
                 self._wall_last = (self._wall_start

@@ -65,14 +65,17 @@ class Lockstep:
         self._lockstep_since = time.monotonic()
         self._publish(self._lockstep_reading)
 
-    def _lockstep_command(self, cmd, stamp_ns):
+    def _lockstep_command(self, cmd, stamp_ns, cmd_names=(), position=(), velocity=(),
+                          effort=()):
         with self._lock:
             self.plant.submit(cmd, self.plant.time)
+            self._applied(self.plant.time, cmd_names, position, velocity, effort)
             if stamp_ns >= self._lockstep_stamp_ns():
                 self._lockstep_advance()
 
     def _lockstep_advance(self):
         self.plant.step(self.lockstep_steps)
+        self._applied_damping()
         self._sim_last = self.plant.time
         self.counters['ticks'] += 1
         self.counters['lockstep_steps'] += 1

@@ -7,8 +7,10 @@ Subscribes:
     hardware/command (sensor_msgs/JointState), safety/heartbeat
     (diagnostic_msgs/DiagnosticStatus); LowState_ on rt/lowstate (CycloneDDS)
 Publishes:
-    joint_states (sensor_msgs/JointState), imu (sensor_msgs/Imu), driver/state
-    (std_msgs/String, latched JSON), /diagnostics; LowCmd_ on rt/lowcmd (CycloneDDS) at rate_hz
+    joint_states (sensor_msgs/JointState), imu (sensor_msgs/Imu), driver/applied_command
+    (sensor_msgs/JointState: each LowCmd_ written, its joint targets, stamped when written),
+    driver/state (std_msgs/String, latched JSON), /diagnostics; LowCmd_ on rt/lowcmd
+    (CycloneDDS) at rate_hz
 Parameters:
     the robot file's `unitree_bridge` section (rate_hz, unitree.*, kp/kd, ...):
     docs/configuration.md lists every one.
@@ -19,6 +21,8 @@ process: docs/nodes.md and docs/real_robot.md.
 import json
 import re
 import time
+
+import numpy as np
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -90,6 +94,10 @@ class UnitreeBridge(Node):
         self.pub_joint = self.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
         self.pub_imu = self.create_publisher(Imu, 'imu', SENSOR_PUB_QOS)
         self.pub_driver = self.create_publisher(String, 'driver/state', LATCHED_QOS)
+        # Each LowCmd_ written, echoed (issue 41: the live gap replays what was applied).
+        self.pub_applied = self.create_publisher(JointState, 'driver/applied_command',
+                                                 COMMAND_QOS)
+        self._applied_enc = JointStateEncoder(list(cfg.joint_names))
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._polled = []
         self._command_decoder = JointStateDecoder()
@@ -301,7 +309,19 @@ class UnitreeBridge(Node):
             except Exception as exc:  # noqa: BLE001 - counted, reported; the next tick retries
                 self.counters['write_errors'] += 1
                 self.last_error = str(exc)
+            else:
+                self._echo()
         self._report(cause)
+
+    def _echo(self):
+        """Publish the LowCmd_ just written on driver/applied_command: its joint targets
+        (NaN where a term is off, an array left empty when off for every joint), stamped
+        now. Its gains are not in a JointState: damping is a velocity target of 0."""
+        q, dq, tau = self.core.written()
+        sec, nanosec = divmod(self.get_clock().now().nanoseconds, 1_000_000_000)
+        self.pub_applied.publish(self._applied_enc.encode(
+            sec, nanosec, None if np.isnan(q).all() else q,
+            None if np.isnan(dq).all() else dq, tau))
 
     def _publish_state(self):
         # The messages' bytes, made directly (core/cdr.py), as sim_robot does: at 500 Hz the

@@ -17,6 +17,22 @@ offline score pools them (mean of the two); it does not blow up when the robot b
 as a plain NRMSE does. Before an offline floor exists the noise is estimated on the live data
 (the same estimator; `floor_source: live`).
 
+Which commands are replayed (`command_source` in the document): what the driver applied
+(`driver/applied_command`, `add_applied`: one message per command it handed to the actuators,
+stamped on the robot's clock when it did) while that stream covers the window, else what the
+supervisor sent (`hardware/command`, `add_command`), saying why (`command_source_reason`). A
+command that reaches the driver after its loop has computed that period is applied one period
+later than it was sent: replayed at its send time it counted as gap (issue 41: 1.48 x the floor
+on a nominal run; 1.03 at the applied times). The identified latency was measured from the
+commands as sent, so it holds the constant part of the transport too: the applied stream is
+replayed `latency_s - offset` after each apply time, `offset` the median of (apply stamp - send
+time) over commands matched by content (never below zero delay); a latency measured after the
+driver applied the commands (SysID on the plant itself: `transport_in_latency` False) is
+replayed as it is. Content, not a stamp carried along: a driver that writes its robot's
+commands at its own rate (unitree_bridge) repeats one command many times and has no field for
+another stamp; the first echo of each new command's values is its apply time. Input rejected
+(a joint unknown, a length wrong, non-finite, out of order) is counted (`rejected`).
+
 Status per joint: OK, WARN above `warn_ratio`, ERROR once above `error_ratio` in
 `persist_windows` consecutive windows (one noisy window is not drift; windows overlap, so the
 default 4 windows 0.5 s apart need the gap over 3 s of data, longer than any one window: a
@@ -39,6 +55,10 @@ from simreal_ros.core.sysid.estimators import Recording
 
 LEVELS = ('OK', 'WARN', 'ERROR')
 UNKNOWN = 'unknown'
+SENT = 'hardware/command'
+APPLIED = 'driver/applied_command'
+MATCH_KEEP = 4000     # sent commands remembered for matching their applied echo
+OFFSETS_KEEP = 1000   # matched (apply - send) offsets whose median is the transport delay
 
 
 @dataclass
@@ -81,10 +101,15 @@ class ShadowGap:
         keep = int(math.ceil((self.cfg.window_s + 1.0) * rate_hz * 2))
         self.states = deque(maxlen=keep)     # (t, q, dq)
         self.commands = deque(maxlen=keep)   # (t, position, velocity, effort): full rows
+        self.applied = deque(maxlen=keep)    # the same, as the driver applied them
         n = len(self.names)
-        self._pos = np.full(n, np.nan)       # the command each joint obeys (as read_mcap)
-        self._vel = np.full(n, np.nan)
-        self._eff = np.zeros(n)
+        # the command each joint obeys (as read_mcap), as sent and as applied
+        self._rows = {SENT: [np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)],
+                      APPLIED: [np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)]}
+        self._sent_at = {}                   # content key -> send time of a new command
+        self._sent_key = None                # content of the last sent row
+        self._applied_key = None             # content of the last applied row
+        self.offsets = deque(maxlen=OFFSETS_KEEP)   # apply stamp - send time, matched
         self.params = None
         self.model = None
         self.identified = False
@@ -98,6 +123,11 @@ class ShadowGap:
         self.cpu_s = 0.0
         self.rejected = 0
         self.last = None
+        self.source, self.source_why, self.shift = SENT, f'no {APPLIED} received', 0.0
+        self.applied_off = ''                # why the applied stream is not used, if set
+        # latency_s was measured from the commands as sent (it holds the transport to the
+        # driver, which the applied stream has already had): False for a SysID on the plant
+        self.transport_in_latency = True
 
     # -- inputs ---------------------------------------------------------------------------
     def set_params(self, params, identified):
@@ -145,18 +175,79 @@ class ShadowGap:
 
     def add_command(self, t, names, position=(), velocity=(), effort=()):
         """One hardware/command message, read as the driver and `read_mcap` read it."""
+        row = self._row(SENT, t, names, position, velocity, effort)
+        if row is None:
+            return False
+        self.commands.append(row)
+        key = _content(row)
+        if key != self._sent_key:            # new values: their first send
+            self._sent_at.pop(key, None)
+            self._sent_at[key] = row[0]
+            while len(self._sent_at) > MATCH_KEEP:
+                del self._sent_at[next(iter(self._sent_at))]
+        self._sent_key = key
+        return True
+
+    def add_applied(self, t, names, position=(), velocity=(), effort=()):
+        """One driver/applied_command message: a command as the driver handed it on, stamped
+        then on the robot's clock. Its first echo of a sent command's values gives one
+        (apply - send) offset."""
+        row = self._row(APPLIED, t, names, position, velocity, effort)
+        if row is None:
+            return False
+        if self.applied and row[0] < self.applied[-1][0]:
+            self.rejected += 1               # out of order: the window stays in order
+            return False
+        self.applied.append(row)
+        key = _content(row)
+        if key != self._applied_key:
+            sent = self._sent_at.pop(key, None)
+            if sent is not None:
+                self.offsets.append(row[0] - sent)
+        self._applied_key = key
+        return True
+
+    def _row(self, stream, t, names, position, velocity, effort):
         idx = [self.index.get(n) for n in names]
         k = len(idx)
         if not k or any(i is None for i in idx) or not math.isfinite(t) or \
                 any(len(a) not in (0, k) for a in (position, velocity, effort)):
             self.rejected += 1
-            return False
+            return None
+        pos, vel, eff = self._rows[stream]
         has_p, has_v = len(position) == k, len(velocity) == k
-        self._pos[idx] = np.asarray(position, float) if has_p else np.nan
-        self._vel[idx] = (np.asarray(velocity, float) if has_v else (0.0 if has_p else np.nan))
-        self._eff[idx] = np.asarray(effort, float) if len(effort) == k else 0.0
-        self.commands.append((float(t), self._pos.copy(), self._vel.copy(), self._eff.copy()))
-        return True
+        pos[idx] = np.asarray(position, float) if has_p else np.nan
+        vel[idx] = (np.asarray(velocity, float) if has_v else (0.0 if has_p else np.nan))
+        eff[idx] = np.asarray(effort, float) if len(effort) == k else 0.0
+        return (float(t), pos.copy(), vel.copy(), eff.copy())
+
+    def offset(self):
+        """The median (apply stamp - send time) of the matched commands (s), or None."""
+        return float(np.median(self.offsets)) if self.offsets else None
+
+    def _source(self, t_start, t_end):
+        """(rows, replay shift s, source, why): the applied stream while it covers the window
+        and its offset is known, else the sent one (why says what the applied stream lacks)."""
+        delay = float(self.params.latency_s) if self.params is not None else 0.0
+        if self.applied_off:
+            return self.commands, 0.0, SENT, self.applied_off
+        if not self.applied:
+            return self.commands, 0.0, SENT, f'no {APPLIED} received'
+        offset = self.offset()
+        last = self.applied[-1][0]
+        if last < t_end - 2 * self.cfg.max_gap_s:
+            return self.commands, 0.0, SENT, (
+                f'{APPLIED} stopped {t_end - last:.2f} s before the newest joint_states '
+                f'(the driver no longer reports what it applies)')
+        if self.applied[0][0] > t_start:
+            return self.commands, 0.0, SENT, f'{APPLIED} does not cover the window yet'
+        if offset is None:
+            return self.commands, 0.0, SENT, (f'no {APPLIED} matched a {SENT} yet (its '
+                                              'transport delay is unknown)')
+        # Replayed latency_s - offset after the apply time, never before it; latency_s as it
+        # is when it was measured after the driver applied the commands (no transport in it).
+        shift = min(max(offset, 0.0), delay) if self.transport_in_latency else 0.0
+        return self.applied, shift, APPLIED, ''
 
     # -- one window -----------------------------------------------------------------------
     def window(self):
@@ -170,12 +261,16 @@ class ShadowGap:
         if self.states[0][0] > t_start:
             return None, (f'{t_end - self.states[0][0]:.2f} s of joint_states so far; a window '
                           f'needs {self.cfg.window_s:.2f} s')
+        source_rows, shift, self.source, self.source_why = self._source(t_start, t_end)
+        self.shift = shift
         rows = [s for s in self.states if s[0] >= t_start]
-        cmds = [c for c in self.commands if c[0] <= t_end]
-        before = [c for c in cmds if c[0] <= t_start]
-        cmds = ([before[-1]] if before else []) + [c for c in cmds if c[0] > t_start]
+        cmds = [(c[0] - shift,) + tuple(c[1:]) for c in source_rows if c[0] - shift <= t_end]
+        lead = t_start - (float(self.params.latency_s) - shift if self.params else 0.0)
+        before = [c for c in cmds if c[0] <= lead]
+        cmds = ([before[-1]] if before else []) + [c for c in cmds if c[0] > lead]
         if not cmds or cmds[-1][0] < t_start:
-            return None, 'no hardware/command within the window (nothing is driving the robot)'
+            return None, (f'no {self.source} within the window (nothing is driving the '
+                          'robot)')
         if np.any(np.isnan(cmds[-1][1]) & np.isnan(cmds[-1][2])):
             return None, 'not every joint has been commanded yet'
         t0 = rows[0][0]
@@ -185,7 +280,7 @@ class ShadowGap:
         if holes.max(initial=0.0) > self.cfg.max_gap_s or \
                 cmd_holes.max(initial=0.0) > 2 * self.cfg.max_gap_s:
             worst = max(holes.max(initial=0.0), cmd_holes.max(initial=0.0))
-            return None, (f'a {1e3 * worst:.0f} ms hole in joint_states or hardware/command '
+            return None, (f'a {1e3 * worst:.0f} ms hole in joint_states or {self.source} '
                           f'within the window (max_gap_s {self.cfg.max_gap_s:g}): not scored')
         q = np.array([r[1] for r in rows])
         dq = np.array([r[2] for r in rows])
@@ -204,6 +299,14 @@ class ShadowGap:
         doc = self._evaluate(now)
         self.cpu_s += time.process_time() - started
         doc['windows'] = self.windows
+        doc['rejected'] = self.rejected
+        doc['command_source'] = self.source
+        if self.source_why:
+            doc['command_source_reason'] = self.source_why
+        offset = self.offset()
+        doc['applied_offset_s'] = offset
+        doc['replay_delay_s'] = (None if self.params is None else
+                                 float(self.params.latency_s) - self.shift)
         self.last = doc
         return doc
 
@@ -316,6 +419,12 @@ def _start_state(t, q, dq, n=15):
     return a[-1], b[-1]
 
 
+def _content(row):
+    """A command's values as bytes at float32 precision (a Unitree LowCmd_ carries float32):
+    the key that matches an applied command to the one sent."""
+    return np.concatenate(row[1:]).astype(np.float32).tobytes()
+
+
 def noise_floor_of(rec, names):
     """Noise std per joint (position, velocity) of a recording: the offline noise floor."""
     idx = [rec.names.index(n) for n in names]
@@ -323,4 +432,4 @@ def noise_floor_of(rec, names):
             noise_std(np.asarray(rec.velocity, float)[:, idx]))
 
 
-__all__ = ['LEVELS', 'ShadowConfig', 'ShadowGap', 'UNKNOWN', 'noise_floor_of']
+__all__ = ['APPLIED', 'LEVELS', 'SENT', 'ShadowConfig', 'ShadowGap', 'UNKNOWN', 'noise_floor_of']
