@@ -209,6 +209,7 @@ def main(argv=None):
     errors = {p: [] for p in PARAMS}
     base_errors = {p: [] for p in PARAMS}
     covered = {p: [] for p in list(PARAMS) + ['latency']}
+    half = {p: [] for p in PARAMS}   # each estimate's 95 % half-width over its value
     lat_err, lat_base_err = [], []
     failures, robot_time, limit_max, details = [], [], {}, []
     wall = time.monotonic()
@@ -241,10 +242,12 @@ def main(argv=None):
                 if fit is None:
                     errors[p].append(float('inf'))
                     covered[p].append(False)
+                    half[p].append(float('inf'))
                 else:
                     est = fit.estimates[p]
                     errors[p].append(abs(est.value - true[p]) / true[p])
                     covered[p].append(est.covers(true[p]))
+                    half[p].append((est.high - est.low) / 2 / abs(est.value))
                 if kind in res.baselines:
                     base_errors[p].append(abs(res.baselines[kind][p] - true[p]) / true[p])
             fit = res.fits.get('latency')
@@ -277,12 +280,20 @@ def main(argv=None):
         target = target if gantry else ARM_TARGETS[p]
         est_p95 = p95(errors[p])
         base_p95 = p95(base_errors[p])
+        # What the result says of itself: an estimate whose 95 % interval is within the goal
+        # claims the goal's precision; one whose interval is wider says it did not reach it.
+        # A wrong number that looks precise is one of the first kind off by more than the goal.
+        claimed = [e for e, h in zip(errors[p], half[p]) if h <= target]
         summary['parameters'][p] = {
             'p95_rel_error': round(est_p95, 5), 'target': target,
             'coverage_95': round(float(np.mean(covered[p])), 3),
             'baseline_p95_rel_error': round(base_p95, 5),
             'improvement_over_baseline': round(base_p95 / est_p95, 1) if est_p95 > 0 else None,
-            'pass': bool(est_p95 <= target)}
+            'pass': bool(est_p95 <= target),
+            'said_imprecise': len(half[p]) - len(claimed),
+            'claimed_precise': len(claimed),
+            'claimed_precise_p95_rel_error': round(p95(claimed), 5) if claimed else None,
+            'precise_looking_wrong': sum(e > target for e in claimed)}
     finite = [e for e in lat_err if math.isfinite(e)]
     rms = float(np.sqrt(np.mean(np.square(finite)))) if finite else float('nan')
     base_fin = [e for e in lat_base_err if math.isfinite(e)]
@@ -304,6 +315,8 @@ def main(argv=None):
     ratios = [v['improvement_over_baseline'] for v in summary['parameters'].values()]
     summary['targets_met'] = {
         'accuracy': all(v['pass'] for v in summary['parameters'].values()),
+        'no_precise_looking_wrong_number': all(
+            v.get('precise_looking_wrong', 0) == 0 for v in summary['parameters'].values()),
         'coverage_ge_90pct': coverage >= 0.9,
         'robot_time_le_60s_per_joint': max(robot_time) <= 60.0,
         'baseline_5x': all(r is not None and r >= 5 for r in ratios),
