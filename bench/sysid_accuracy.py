@@ -293,7 +293,7 @@ def main(argv=None):
             'said_imprecise': len(half[p]) - len(claimed),
             'claimed_precise': len(claimed),
             'claimed_precise_p95_rel_error': round(p95(claimed), 5) if claimed else None,
-            'precise_looking_wrong': sum(e > target for e in claimed)}
+            'precise_looking_wrong': int(sum(e > target for e in claimed))}
     finite = [e for e in lat_err if math.isfinite(e)]
     rms = float(np.sqrt(np.mean(np.square(finite)))) if finite else float('nan')
     base_fin = [e for e in lat_base_err if math.isfinite(e)]
