@@ -203,14 +203,23 @@ def shadow_of(arm3, rec, floor=True, **cfg):
     return sg
 
 
-def stream(sg, rec, every_s=0.5):
-    """Feed `rec` to the shadow in time order, evaluating every `every_s`; return the docs."""
-    docs, ci, next_eval = [], 0, 0.0
+def stream(sg, rec, every_s=0.5, sent_t=None, applied=False, applied_until=math.inf,
+           first_eval=0.0):
+    """Feed `rec` to the shadow in time order, evaluating every `every_s` from `first_eval`;
+    return the docs. The commands go in at `sent_t` (default: the recording's command
+    times) and, with `applied`, at the recording's command times as applied, until
+    `applied_until`."""
+    sent_t = rec.cmd_t if sent_t is None else sent_t
+    docs, si, ai, next_eval = [], 0, 0, first_eval
     for k, t in enumerate(rec.t):
-        while ci < len(rec.cmd_t) and rec.cmd_t[ci] <= t:
-            sg.add_command(rec.cmd_t[ci], rec.names, rec.cmd_position[ci],
-                           rec.cmd_velocity[ci], rec.cmd_effort[ci])
-            ci += 1
+        while si < len(sent_t) and sent_t[si] <= t:
+            sg.add_command(sent_t[si], rec.names, rec.cmd_position[si],
+                           rec.cmd_velocity[si], rec.cmd_effort[si])
+            si += 1
+        while applied and ai < len(rec.cmd_t) and rec.cmd_t[ai] <= min(t, applied_until):
+            assert sg.add_applied(rec.cmd_t[ai], rec.names, rec.cmd_position[ai],
+                                  rec.cmd_velocity[ai], rec.cmd_effort[ai])
+            ai += 1
         sg.add_state(t, rec.names, rec.position[k], rec.velocity[k])
         if t >= next_eval:
             docs.append(sg.evaluate())
@@ -336,21 +345,7 @@ def late_run(arm3, seed=7, seconds=6.0, late_every=4, transport_s=0.0003):
 
 def stream_both(sg, rec, sent_t, applied=True, applied_until=math.inf, every_s=0.5):
     """Feed states, the commands at their send times and (applied) at their apply times."""
-    docs, si, ai, next_eval = [], 0, 0, 1.6
-    for k, t in enumerate(rec.t):
-        while si < len(sent_t) and sent_t[si] <= t:
-            sg.add_command(sent_t[si], rec.names, rec.cmd_position[si],
-                           rec.cmd_velocity[si], rec.cmd_effort[si])
-            si += 1
-        while applied and ai < len(rec.cmd_t) and rec.cmd_t[ai] <= min(t, applied_until):
-            assert sg.add_applied(rec.cmd_t[ai], rec.names, rec.cmd_position[ai],
-                                  rec.cmd_velocity[ai], rec.cmd_effort[ai])
-            ai += 1
-        sg.add_state(t, rec.names, rec.position[k], rec.velocity[k])
-        if t >= next_eval:
-            docs.append(sg.evaluate())
-            next_eval = t + every_s
-    return docs
+    return stream(sg, rec, every_s, sent_t, applied, applied_until, first_eval=1.6)
 
 
 def test_the_applied_commands_score_near_the_floor_where_the_sent_ones_do_not(arm3):
