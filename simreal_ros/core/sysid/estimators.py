@@ -403,6 +403,65 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
                 'filter_hz': float(filter_hz), 'hac_lag': lag})
 
 
+FRICTION_KEYS = ('coulomb_friction', 'viscous_damping')
+COMBINED = 'combined with the multi-sine'
+
+
+def combine_friction(sweep, multisine):
+    """One friction estimate from the sweeps' and the multi-sine's, each (value, std).
+
+    The two experiments see the same Coulomb + viscous friction in independent recordings:
+    the sweeps at a few constant speeds, the multi-sine over every speed it passes (its
+    regression fits both terms beside the armature). Their inverse-variance mean is the more
+    precise where either is weak: a short sweep (the G1's ankle roll reaches 1 rad/s settled,
+    not 1.8) or small viscous friction under the sensor noise. Where they disagree beyond
+    their intervals (a model error that moves one experiment more than the other) the
+    standard deviation is scaled by the Birge ratio sqrt(chi^2), as a particle-data average
+    is, so the interval covers both. Returns {'value', 'std', 'scale', 'weight_sweep'}.
+    """
+    (v1, s1), (v2, s2) = (tuple(map(float, sweep)), tuple(map(float, multisine)))
+    if not (s1 > 0 and s2 > 0 and math.isfinite(v2) and math.isfinite(s2)):
+        return {'value': v1, 'std': s1, 'scale': 1.0, 'weight_sweep': 1.0}
+    w1, w2 = 1.0 / s1**2, 1.0 / s2**2
+    value = (w1 * v1 + w2 * v2) / (w1 + w2)
+    scale = max(1.0, abs(v1 - v2) / math.hypot(s1, s2))
+    return {'value': value, 'std': scale / math.sqrt(w1 + w2), 'scale': scale,
+            'weight_sweep': w1 / (w1 + w2)}
+
+
+def combined_friction_fit(friction, inertia):
+    """The friction Fit with Coulomb and viscous friction combined with the multi-sine's.
+
+    `inertia`'s notes carry the multi-sine's friction terms and their standard deviations.
+    A sweep fit whose model misfit is flagged (Stribeck, backlash) is returned as it is: the
+    multi-sine assumes the same straight line, and averaging would narrow an interval the
+    misfit widened. The sweeps' own values stay in the notes ('sweeps').
+    """
+    misfit = (friction.notes or {}).get('misfit') or {}
+    if misfit.get('flagged') or inertia is None:
+        return friction
+    estimates, sweeps = dict(friction.estimates), {}
+    for key in FRICTION_KEYS:
+        est = estimates[key]
+        s1 = (est.high - est.low) / (2 * _z())
+        other = (inertia.notes.get(key), inertia.notes.get(key + '_std'))
+        if other[0] is None or other[1] is None:
+            return friction
+        c = combine_friction((est.value, s1), other)
+        sweeps[key] = {'value': est.value, 'std': s1, 'multisine': [float(other[0]),
+                                                                    float(other[1])],
+                       'scale': round(c['scale'], 3),
+                       'weight_sweep': round(c['weight_sweep'], 3)}
+        estimates[key] = _estimate(key, c['value'], c['std'], est.units,
+                                   f'{est.method}; {COMBINED} (inverse-variance, '
+                                   f'{100 * c["weight_sweep"]:.0f} % sweeps)')
+    notes = dict(friction.notes or {})
+    notes['sweeps'] = sweeps
+    return Fit(friction.kind, friction.joint, estimates, friction.residual_rms,
+               friction.residual_max, friction.r_squared, friction.condition, friction.samples,
+               notes)
+
+
 def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint):
     qf = lowpass(rec.position, fs, filter_hz)
     qdf = lowpass(rec.velocity, fs, filter_hz)

@@ -121,8 +121,8 @@ def run_basename(robot, experiment):
     return f'{robot}_{experiment}_{datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")}'
 
 
-def latest_parameters(results_dir, robot):
-    """Newest identified value and std per (joint, parameter) in a results folder."""
+def latest_documents(results_dir, robot):
+    """Newest result mapping per (joint, parameter) in a results folder (files by time)."""
     out = {}
     files = sorted(glob.glob(os.path.join(os.path.expanduser(results_dir), f'{robot}_*.yaml')),
                    key=os.path.getmtime)
@@ -133,10 +133,18 @@ def latest_parameters(results_dir, robot):
         except (OSError, yaml.YAMLError):
             continue
         for r in data.get('results') or []:
-            try:
-                lo, hi = r['interval']
-                out[(r['joint'], r['parameter'])] = (float(r['value']),
-                                                     (float(hi) - float(lo)) / (2 * 1.959964))
-            except (KeyError, TypeError, ValueError):
-                continue
+            if isinstance(r, dict) and 'joint' in r and 'parameter' in r:
+                out[(r['joint'], r['parameter'])] = r
+    return out
+
+
+def latest_parameters(results_dir, robot):
+    """Newest identified value and std per (joint, parameter) in a results folder."""
+    out = {}
+    for key, r in latest_documents(results_dir, robot).items():
+        try:
+            lo, hi = r['interval']
+            out[key] = (float(r['value']), (float(hi) - float(lo)) / (2 * 1.959964))
+        except (KeyError, TypeError, ValueError):
+            continue
     return out

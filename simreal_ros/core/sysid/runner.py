@@ -3,8 +3,9 @@
 `record` drives the plant like the ROS nodes drive sim_robot: the robot is sampled at
 `sample_rate_hz` and, at each sample, the command row active at that time is sent.
 `identify_joint` runs friction, inertia and latency experiments on one joint in that order
-(each later experiment uses what the earlier ones identified) and returns the fits, the
-seed baselines on the same data and the robot time used.
+(each later experiment uses what the earlier ones identified; the inertia run's friction terms
+are combined with the sweeps', `combined_friction_fit`) and returns the fits, the seed
+baselines on the same data and the robot time used.
 """
 from dataclasses import dataclass, field
 
@@ -13,8 +14,8 @@ import numpy as np
 from simreal_ros.core.sysid import baselines
 from simreal_ros.core.sysid.design import design_for, limit_usage
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
-                                               estimate_friction, estimate_inertia,
-                                               estimate_latency)
+                                               combined_friction_fit, estimate_friction,
+                                               estimate_inertia, estimate_latency)
 
 
 def record(plant, experiment, sample_rate_hz=500.0):
@@ -117,6 +118,9 @@ def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia'
             elif kind == 'inertia':
                 out.fits[kind] = estimate_inertia(rec, exp, nominal, lim)
                 out.baselines[kind] = baselines.baseline_inertia(rec, exp, nominal)
+                if 'friction' in out.fits:   # the multi-sine's friction terms join the sweeps'
+                    out.fits['friction'] = combined_friction_fit(out.fits['friction'],
+                                                                 out.fits[kind])
             else:
                 params = joint_params_from(out, i, len(settings.joint_names))
                 if 'inertia' not in out.fits:   # identify the joint from this recording

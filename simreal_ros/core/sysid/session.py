@@ -29,13 +29,13 @@ import numpy as np
 from simreal_ros.core.plant import load_model
 from simreal_ros.core.sysid import baselines
 from simreal_ros.core.sysid.design import Experiment, _Builder, design_for
-from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
-                                               estimate_friction, estimate_inertia,
-                                               estimate_latency, row_at)
+from simreal_ros.core.sysid.estimators import (COMBINED, FRICTION_KEYS, IdentificationError,
+                                               Recording, combine_friction, estimate_friction,
+                                               estimate_inertia, estimate_latency, row_at)
 from simreal_ros.core.sysid.fit_curves import fit_curve
 from simreal_ros.core.sysid.model import NominalModel
-from simreal_ros.core.sysid.records import (latest_parameters, result_documents,
-                                            run_basename, write_mcap)
+from simreal_ros.core.sysid.records import (latest_documents, latest_parameters,
+                                            result_documents, run_basename, write_mcap)
 from simreal_ros.core.sysid.runner import JointResult, joint_params_from
 
 
@@ -335,6 +335,8 @@ class SysidSession:
                     'armature', 0.0)
             if nominal is not None:
                 d['nominal'] = nominal   # the MJCF's own value (what a simulator used so far)
+        if self.kind == 'inertia':
+            docs += self._combined_friction(joint, fit, data_file)
         repeats = [r for r in self.repeats if r['joint'] == joint]
         for d in docs:
             if d['parameter'] in base:
@@ -343,6 +345,47 @@ class SysidSession:
                 d['repeated_segments'] = repeats
         with self._lock:
             self.results.extend(docs)
+
+    def _combined_friction(self, joint, fit, data_file):
+        """The joint's newest sweep friction combined with this multi-sine's, as documents.
+
+        The rule is estimators.combined_friction_fit's: inverse-variance weights, the Birge
+        scale where the two disagree, nothing combined when the sweeps' model misfit was
+        flagged or the joint has no sweep result yet (friction runs before inertia). A
+        combined document keeps the sweeps' own value ('sweeps'), so a second inertia run
+        combines with the sweeps again, not with the first run's multi-sine twice.
+        """
+        known = latest_documents(self.results_dir, self.robot)
+        z = 1.959964
+        out = []
+        for key in FRICTION_KEYS:
+            doc = known.get((joint, key))
+            std2 = fit.notes.get(key + '_std')
+            if doc is None or doc.get('model_misfit') or std2 is None:
+                return []
+            sweep = doc.get('sweeps') or doc
+            try:
+                lo, hi = (float(x) for x in sweep['interval'])
+                v1 = float(sweep['value'])
+            except (KeyError, TypeError, ValueError):
+                return []
+            c = combine_friction((v1, (hi - lo) / (2 * z)), (fit.notes[key], std2))
+            h = z * c['std']
+            method = sweep.get('method', doc.get('method', ''))
+            new = {k: v for k, v in doc.items() if k not in ('fit_curve', 'sweeps', 'multisine')}
+            new.update({
+                'value': float(c['value']), 'interval': [float(c['value'] - h),
+                                                         float(c['value'] + h)],
+                'method': (f'{method}; {COMBINED} (inverse-variance, '
+                           f'{100 * c["weight_sweep"]:.0f} % sweeps'
+                           + (f', interval x{c["scale"]:.2f}: the two disagree'
+                              if c['scale'] > 1 else '') + ')'),
+                'sweeps': {'value': v1, 'interval': [lo, hi], 'method': method,
+                           'data_file': sweep.get('data_file')},
+                'multisine': {'value': float(fit.notes[key]), 'std': float(std2),
+                              'data_file': str(data_file)}})
+            out.append(new)
+        return out
 
     def _fit_curve(self, exp, rec, fit, lim):
         """The fit's compact curve for the report, or None (a plot never fails a joint)."""
