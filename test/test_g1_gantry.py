@@ -19,6 +19,7 @@ from simreal_ros.core.config import load_node_params
 from simreal_ros.core.plant import PlantTruth, SimPlant
 from simreal_ros.core.sysid import NominalModel
 from simreal_ros.core.sysid.design import load_settings
+from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
 from simreal_ros.deploy.graph import build_graph
 
@@ -81,6 +82,9 @@ def gantry_run(tmp_path_factory):
                                plant.measure(with_noise=False).position, folder,
                                physics_dt=sim['physics_dt'])
         drive(plant, session)
+        # as the node does: the run's results file, which the next experiments read
+        with open(os.path.join(folder, session.base + '.yaml'), 'w') as f:
+            f.write(result_text('g1_12dof', kind, session.results, session.failures))
         runs.append({'robot': 'g1_12dof', 'experiment': kind, 'results': session.results,
                      'failures': session.failures})
     return runs, truth, names
@@ -111,7 +115,11 @@ def test_the_leg_is_identified_in_its_gantry(gantry_run):
                             ('viscous_damping', truth.viscous_damping[i]),
                             ('armature', truth.armature[i]), ('latency', truth.latency_s)):
         assert abs(got[parameter]['value'] - true) < 0.15 * true, (parameter, got[parameter])
-        assert got[parameter].get('fit_curve') or parameter != 'coulomb_friction'
+    # the friction run's own result carries its plot; the inertia run's friction is the sweeps
+    # combined with its multi-sine, and keeps the sweeps' value
+    sweeps = {r['parameter']: r for r in runs[0]['results']}
+    assert runs[0]['experiment'] == 'friction' and sweeps['coulomb_friction'].get('fit_curve')
+    assert got['viscous_damping']['sweeps']['value'] == sweeps['viscous_damping']['value']
 
 
 def test_sim_bridge_replays_the_gantry_and_the_gap_closes(gantry_run):

@@ -294,11 +294,16 @@ def test_friction_from_two_experiments_weights_each_by_its_precision():
     assert far['scale'] == pytest.approx(0.10 / np.hypot(0.01, 0.01))
     lo, hi = far['value'] - 1.96 * far['std'], far['value'] + 1.96 * far['std']
     assert lo < 0.20 and hi > 0.30, (lo, hi)
+    # a model error both experiments share does not average down: their model parts add
+    shared = combine_friction((0.20, 0.02, 0.02), (0.20, 0.02, 0.02))
+    assert shared['std'] == pytest.approx(0.02) and c['std'] < 0.01
+    half = combine_friction((0.20, 0.02, 0.0), (0.20, 0.02, 0.0))
+    assert half['std'] == pytest.approx(0.02 / np.sqrt(2))
     # a multi-sine without a number leaves the sweeps as they are
     assert combine_friction((0.2, 0.01), (float('nan'), 0.01))['value'] == 0.2
 
 
-def _friction_fit(flagged=False, coulomb=(0.5, 0.02), viscous=(0.2, 0.02)):
+def _friction_fit(flagged=False, coulomb=(0.5, 0.02), viscous=(0.2, 0.02), model=0.0):
     from simreal_ros.core.sysid.estimators import Fit, _estimate
     est = {'coulomb_friction': _estimate('coulomb_friction', coulomb[0], coulomb[1], 'N*m',
                                          'sweeps'),
@@ -306,14 +311,16 @@ def _friction_fit(flagged=False, coulomb=(0.5, 0.02), viscous=(0.2, 0.02)):
                                         'N*m*s/rad', 'sweeps')}
     return Fit('friction', 'shoulder_pitch', est, 0.01, 0.03, 0.99, 3.0, 500,
                {'misfit': {'ratio': 5.0 if flagged else 0.5, 'flagged': flagged,
-                           'worst_speed': 0.3, 'worst_residual': 0.01}})
+                           'worst_speed': 0.3, 'worst_residual': 0.01},
+                'std_model_of': {'coulomb_friction': model, 'viscous_damping': model}})
 
 
-def _inertia_notes(coulomb=(0.52, 0.02), viscous=(0.22, 0.02)):
+def _inertia_notes(coulomb=(0.52, 0.02), viscous=(0.22, 0.02), model=0.0):
     from simreal_ros.core.sysid.estimators import Fit
     return Fit('inertia', 'shoulder_pitch', {}, 0.01, 0.03, 0.99, 3.0, 500,
                {'coulomb_friction': coulomb[0], 'coulomb_friction_std': coulomb[1],
-                'viscous_damping': viscous[0], 'viscous_damping_std': viscous[1]})
+                'viscous_damping': viscous[0], 'viscous_damping_std': viscous[1],
+                'coulomb_friction_std_model': model, 'viscous_damping_std_model': model})
 
 
 def test_combined_friction_fit_combines_unless_the_sweeps_misfit_was_flagged():
@@ -366,7 +373,15 @@ def test_inertia_run_adds_friction_combined_with_the_newest_sweeps_once(tmp_path
     want = combine_friction((0.2, 0.02), (0.29, 0.02))
     assert v2['value'] == pytest.approx(want['value'], rel=1e-6)
     assert 'disagree' in v2['method'] and want['scale'] > 3      # 0.2 vs 0.29: scaled
-    write('friction_2', result_documents('arm3', _friction_fit(flagged=True), 'f2.mcap'))
+    # the sweeps' model-error part travels in their document; shared with the multi-sine's,
+    # it is not averaged down
+    write('friction_2', result_documents('arm3', _friction_fit(model=0.015), 'f2.mcap'))
+    third = session._combined_friction('shoulder_pitch', _inertia_notes(model=0.015), 'i3.mcap')
+    v3 = {d['parameter']: d for d in third}['viscous_damping']
+    want = combine_friction((0.2, 0.02, 0.015), (0.22, 0.02, 0.015))
+    assert (v3['interval'][1] - v3['interval'][0]) / 2 == pytest.approx(1.959964 * want['std'])
+    assert want['std'] > 0.02 / np.sqrt(2) * 1.1
+    write('friction_3', result_documents('arm3', _friction_fit(flagged=True), 'f3.mcap'))
     assert session._combined_friction('shoulder_pitch', _inertia_notes(), 'i3.mcap') == []
 
 

@@ -18,6 +18,8 @@ from scipy import signal, stats
 from simreal_ros.core.sysid.model import STICTION, simulate_joint
 
 REASONS = ('not enough excitation', 'joint did not move', 'saturated', 'bad data')
+FRICTION_KEYS = ('coulomb_friction', 'viscous_damping')
+COMBINED = 'combined with the multi-sine'
 
 
 class IdentificationError(ValueError):
@@ -265,7 +267,9 @@ def estimate_friction(rec, experiment, nominal, torque_limit=None, filter_hz=20.
                 'hac_lag': lag,
                 'speeds': [float(v) for v in speeds], 'misfit': misfit,
                 'std_hac': [float(v) for v in std_hac[:2]],
-                'std_speeds': [float(v) for v in std_speeds[:2]]})
+                'std_speeds': [float(v) for v in std_speeds[:2]],
+                'std_model_of': {k: _model_part(std[j], std_hac[j] * max(1.0, misfit['ratio']))
+                                 for j, k in enumerate(FRICTION_KEYS)}})
 
 
 def friction_std(X, y, r, cov, speed):
@@ -397,36 +401,56 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
                {'link_inertia': float(link), 'viscous_damping': float(theta[1]),
                 'coulomb_friction': float(theta[2]), 'torque_offset': float(theta[3]),
                 'viscous_damping_std': float(std[1]), 'coulomb_friction_std': float(std[2]),
+                'viscous_damping_std_model': float(spread[1]),
+                'coulomb_friction_std_model': float(spread[2]),
                 'effort_time_offset_s': float(theta[4]),
                 'armature_std_noise': float(std_hac[0]),
                 'armature_std_filter': float(spread[0]),
                 'filter_hz': float(filter_hz), 'hac_lag': lag})
 
 
-FRICTION_KEYS = ('coulomb_friction', 'viscous_damping')
-COMBINED = 'combined with the multi-sine'
+def _model_part(total, noise):
+    """The part of a standard deviation beyond its noise part (a model-error term)."""
+    return float(math.sqrt(max(0.0, float(total)**2 - float(noise)**2)))
 
 
 def combine_friction(sweep, multisine):
-    """One friction estimate from the sweeps' and the multi-sine's, each (value, std).
+    """One friction estimate from the sweeps' and the multi-sine's, each (value, std[, model]).
 
     The two experiments see the same Coulomb + viscous friction in independent recordings:
     the sweeps at a few constant speeds, the multi-sine over every speed it passes (its
     regression fits both terms beside the armature). Their inverse-variance mean is the more
     precise where either is weak: a short sweep (the G1's ankle roll reaches 1 rad/s settled,
-    not 1.8) or small viscous friction under the sensor noise. Where they disagree beyond
-    their intervals (a model error that moves one experiment more than the other) the
-    standard deviation is scaled by the Birge ratio sqrt(chi^2), as a particle-data average
-    is, so the interval covers both. Returns {'value', 'std', 'scale', 'weight_sweep'}.
+    not 1.8) or small viscous friction under the sensor noise.
+
+    Only the noise parts average down. `model` is the part of each std that is a model error
+    (the sweeps' leave-one-speed-out spread, the multi-sine's filter spread): a model error
+    both experiments share (arm3's shoulder pitch reads its Coulomb friction 0.8 % low in
+    both) does not, so the two are added as fully correlated, w1*m1 + w2*m2. Where the values
+    disagree beyond their intervals the std is scaled by the Birge ratio sqrt(chi^2), as a
+    particle-data average is, so the interval reaches both. Returns {'value', 'std', 'scale',
+    'weight_sweep'}.
     """
-    (v1, s1), (v2, s2) = (tuple(map(float, sweep)), tuple(map(float, multisine)))
+    v1, s1, m1 = (tuple(map(float, sweep)) + (0.0,))[:3]
+    v2, s2, m2 = (tuple(map(float, multisine)) + (0.0,))[:3]
     if not (s1 > 0 and s2 > 0 and math.isfinite(v2) and math.isfinite(s2)):
         return {'value': v1, 'std': s1, 'scale': 1.0, 'weight_sweep': 1.0}
-    w1, w2 = 1.0 / s1**2, 1.0 / s2**2
-    value = (w1 * v1 + w2 * v2) / (w1 + w2)
+    w1 = (1.0 / s1**2) / (1.0 / s1**2 + 1.0 / s2**2)
+    w2 = 1.0 - w1
+    m1, m2 = min(m1, s1), min(m2, s2)
+    noise = math.hypot(w1 * _model_part(s1, m1), w2 * _model_part(s2, m2))
+    std = math.hypot(noise, w1 * m1 + w2 * m2)
     scale = max(1.0, abs(v1 - v2) / math.hypot(s1, s2))
-    return {'value': value, 'std': scale / math.sqrt(w1 + w2), 'scale': scale,
-            'weight_sweep': w1 / (w1 + w2)}
+    return {'value': w1 * v1 + w2 * v2, 'std': scale * std, 'scale': scale,
+            'weight_sweep': w1}
+
+
+def combined_method(method, combined):
+    """The method text of a friction estimate combined by `combine_friction`."""
+    c = combined
+    return (f'{method}; {COMBINED} (inverse-variance, {100 * c["weight_sweep"]:.0f} % sweeps'
+            + (f', interval x{c["scale"]:.2f}: the two disagree' if c['scale'] > 1 else '')
+            + ')')
 
 
 def combined_friction_fit(friction, inertia):
@@ -444,17 +468,18 @@ def combined_friction_fit(friction, inertia):
     for key in FRICTION_KEYS:
         est = estimates[key]
         s1 = (est.high - est.low) / (2 * _z())
-        other = (inertia.notes.get(key), inertia.notes.get(key + '_std'))
+        m1 = ((friction.notes or {}).get('std_model_of') or {}).get(key, 0.0)
+        other = (inertia.notes.get(key), inertia.notes.get(key + '_std'),
+                 inertia.notes.get(key + '_std_model', 0.0))
         if other[0] is None or other[1] is None:
             return friction
-        c = combine_friction((est.value, s1), other)
-        sweeps[key] = {'value': est.value, 'std': s1, 'multisine': [float(other[0]),
-                                                                    float(other[1])],
+        c = combine_friction((est.value, s1, m1), other)
+        sweeps[key] = {'value': est.value, 'std': s1, 'std_model': m1,
+                       'multisine': [float(v) for v in other],
                        'scale': round(c['scale'], 3),
                        'weight_sweep': round(c['weight_sweep'], 3)}
         estimates[key] = _estimate(key, c['value'], c['std'], est.units,
-                                   f'{est.method}; {COMBINED} (inverse-variance, '
-                                   f'{100 * c["weight_sweep"]:.0f} % sweeps)')
+                                   combined_method(est.method, c))
     notes = dict(friction.notes or {})
     notes['sweeps'] = sweeps
     return Fit(friction.kind, friction.joint, estimates, friction.residual_rms,

@@ -97,6 +97,9 @@ def result_documents(robot, fit, data_file):
                      'fit': {'residual_rms': round(fit.residual_rms, 6),
                              'r_squared': round(fit.r_squared, 6),
                              'condition': round(fit.condition, 2), 'samples': fit.samples}})
+        model = (fit.notes.get('std_model_of') or {}) if isinstance(fit.notes, dict) else {}
+        if est.parameter in model:   # the interval's model-error part (a std), not noise
+            docs[-1]['std_model'] = float(model[est.parameter])
         misfit = fit.notes.get('misfit') if isinstance(fit.notes, dict) else None
         if misfit:
             docs[-1]['fit']['misfit_ratio'] = misfit['ratio']

@@ -29,9 +29,10 @@ import numpy as np
 from simreal_ros.core.plant import load_model
 from simreal_ros.core.sysid import baselines
 from simreal_ros.core.sysid.design import Experiment, _Builder, design_for
-from simreal_ros.core.sysid.estimators import (COMBINED, FRICTION_KEYS, IdentificationError,
-                                               Recording, combine_friction, estimate_friction,
-                                               estimate_inertia, estimate_latency, row_at)
+from simreal_ros.core.sysid.estimators import (FRICTION_KEYS, IdentificationError, Recording,
+                                               combine_friction, combined_method,
+                                               estimate_friction, estimate_inertia,
+                                               estimate_latency, row_at)
 from simreal_ros.core.sysid.fit_curves import fit_curve
 from simreal_ros.core.sysid.model import NominalModel
 from simreal_ros.core.sysid.records import (latest_documents, latest_parameters,
@@ -369,20 +370,21 @@ class SysidSession:
                 v1 = float(sweep['value'])
             except (KeyError, TypeError, ValueError):
                 return []
-            c = combine_friction((v1, (hi - lo) / (2 * z)), (fit.notes[key], std2))
+            c = combine_friction((v1, (hi - lo) / (2 * z), float(sweep.get('std_model', 0.0))),
+                                 (fit.notes[key], std2, fit.notes.get(key + '_std_model', 0.0)))
             h = z * c['std']
             method = sweep.get('method', doc.get('method', ''))
-            new = {k: v for k, v in doc.items() if k not in ('fit_curve', 'sweeps', 'multisine')}
+            new = {k: v for k, v in doc.items()
+                   if k not in ('fit_curve', 'sweeps', 'multisine', 'std_model')}
             new.update({
                 'value': float(c['value']), 'interval': [float(c['value'] - h),
                                                          float(c['value'] + h)],
-                'method': (f'{method}; {COMBINED} (inverse-variance, '
-                           f'{100 * c["weight_sweep"]:.0f} % sweeps'
-                           + (f', interval x{c["scale"]:.2f}: the two disagree'
-                              if c['scale'] > 1 else '') + ')'),
+                'method': combined_method(method, c),
                 'sweeps': {'value': v1, 'interval': [lo, hi], 'method': method,
+                           'std_model': float(sweep.get('std_model', 0.0)),
                            'data_file': sweep.get('data_file')},
                 'multisine': {'value': float(fit.notes[key]), 'std': float(std2),
+                              'std_model': float(fit.notes.get(key + '_std_model', 0.0)),
                               'data_file': str(data_file)}})
             out.append(new)
         return out
