@@ -371,9 +371,12 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
     qdf = lowpass(rec.velocity, fs, filter_hz)
     rms_v = float(np.sqrt(np.mean(qdf[excite, i]**2)))
     if rms_v < 2 * min_speed:
+        tau = rec.effort[excite, i]
         raise IdentificationError('joint did not move', f'{joint}: RMS velocity {rms_v:.4f} '
-                                  'rad/s during the excitation (blocked, or the command did '
-                                  'not reach the robot)')
+                                  'rad/s during the excitation while its torque swung '
+                                  f'{float(np.ptp(tau)):.3g} N*m peak to peak (dry friction '
+                                  'holding it, a blocked joint, or commands that did not reach '
+                                  'the robot)')
     theta, cov, r, cond, lag, y = _inertia_regression(rec, nominal, i, excite, fs, filter_hz,
                                                       min_speed, joint)
     std = np.sqrt(np.diag(cov))
@@ -389,9 +392,19 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
     rel = std[0] * _z() / max(abs(theta[0]), 1e-9)
     link = nominal.mass_diagonal(np.median(rec.position[excite], axis=0))[i]
     if cond > 1e4 or (rel > 0.5 and std[0] * _z() > 0.1 * (link + abs(theta[0]))):
+        # Say which torque drowned the armature's: a joint whose dry friction is several times
+        # its inertia torque at the allowed acceleration (the G1's knee with 2.8 N*m of
+        # Coulomb friction against ~2 N*m) sticks and slips through the multi-sine.
+        qdd_rms = float(np.sqrt(np.mean(np.gradient(qdf[excite, i], rec.t[excite])**2)))
+        inertia_tau = (link + max(theta[0], 0.0)) * qdd_rms
+        why = (f'; its Coulomb friction {theta[2]:.3g} N*m is {theta[2] / inertia_tau:.1f} x the '
+               f'inertia torque ({inertia_tau:.3g} N*m RMS at {qdd_rms:.3g} rad/s^2): a larger '
+               'acceleration_limit for this joint (inside the SysID limits) or a longer '
+               'multi-sine' if inertia_tau > 0 and theta[2] > inertia_tau else
+               '; a larger multi-sine amplitude or duration')
         raise IdentificationError('not enough excitation', f'{joint}: armature '
                                   f'{theta[0]:.4g} +- {std[0] * _z():.2g} kg*m^2 (condition '
-                                  f'{cond:.0f}); raise the multi-sine amplitude or duration')
+                                  f'{cond:.0f}){why} would narrow it')
     method = 'multi-sine, filtered LS on tau = J*qdd + Fv*qd + Fc*sign(qd), Newey-West'
     est = {'armature': _estimate('armature', theta[0], std[0], 'kg*m^2', method),
            'effective_inertia': _estimate('effective_inertia', theta[0] + link, std[0],
