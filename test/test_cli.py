@@ -163,3 +163,47 @@ def test_the_status_says_why_the_stage_dwell_last_restarted():
         in lines
     del state['stage']['last_fault']
     assert not any(line.startswith('last fault') for line in format_status(state, {}))
+
+
+def test_a_ros_teardown_that_hangs_is_not_waited_for():
+    """Seen once in CI on Jazzy: `simreal -n left estop` printed that the e-stop had latched,
+    then did not exit within 60 s. The teardown is bounded: a node whose destruction hangs
+    leaves close() False after its wait, not blocked."""
+    import threading
+    import time
+    from types import SimpleNamespace
+    from simreal_ros.client.ros import Ros
+    ros = Ros.__new__(Ros)
+    ros._stop = threading.Event()
+    ros._thread = threading.Thread(target=ros._stop.wait)
+    ros._thread.start()
+    hang = threading.Event()
+    ros.node = SimpleNamespace(destroy_node=hang.wait)
+    ros.rclpy = SimpleNamespace(try_shutdown=lambda: None)
+    t0 = time.monotonic()
+    assert ros.close(wait=0.3) is False
+    assert time.monotonic() - t0 < 2.0
+    hang.set()
+    ros.node = SimpleNamespace(destroy_node=lambda: None)
+    assert ros.close(wait=2.0) is True
+
+
+def test_the_verb_exits_with_its_answer_when_the_teardown_hangs():
+    """The CLI's main: the verb answered 0, the teardown hung, and a thread that would hold
+    the interpreter's exit is still running; the process still ends, with the verb's exit code
+    and a line that says why."""
+    code = (
+        'import sys, threading\n'
+        'from simreal_ros.client import cli\n'
+        'class Hung:\n'
+        '    def __init__(self, namespace): pass\n'
+        '    def close(self): return False\n'
+        'cli.Ros = Hung\n'
+        "cli.VERBS['estop'] = lambda args, ros: print('estop: ok') or 0\n"
+        'threading.Thread(target=threading.Event().wait).start()\n'
+        "sys.exit(cli.main(['estop']))\n")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         timeout=60, cwd=str(REPO))
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert 'estop: ok' in out.stdout
+    assert 'teardown did not finish' in out.stderr, out.stderr

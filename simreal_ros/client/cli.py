@@ -29,14 +29,15 @@ ROS_AUTOMATIC_DISCOVERY_RANGE as for the graph you want to reach. `limits` is fi
 """
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 
 from simreal_ros.client.processes import start_graph, stop_graph
-from simreal_ros.client.ros import describe_parameters, dds_hint, find_supervisors, \
-    go_default, graph_robots, join_name, Missing, Ros, safety_state
+from simreal_ros.client.ros import CLOSE_WAIT_S, describe_parameters, dds_hint, \
+    find_supervisors, go_default, graph_robots, join_name, Missing, Ros, safety_state
 from simreal_ros.core.config import ConfigError
 
 SYSID_KINDS = ('friction', 'inertia', 'latency')
@@ -786,10 +787,20 @@ def main(argv=None):
         if args.verb == 'sysid' and args.kind == 'plan':
             return cmd_sysid_plan(args)
         ros = Ros(args.namespace)
+        rc = 1
         try:
-            return VERBS[args.verb](args, ros)
+            rc = VERBS[args.verb](args, ros)
+            return rc
         finally:
-            ros.close()
+            if not ros.close():
+                # The verb has answered; a middleware teardown that hangs must not hold the
+                # operator's terminal (ros.py CLOSE_WAIT_S). Exit without the interpreter's
+                # own teardown, which would wait on the same middleware.
+                print(f'simreal {args.verb}: ROS teardown did not finish within '
+                      f'{CLOSE_WAIT_S:g} s; exiting anyway', file=sys.stderr)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc if isinstance(rc, int) else 1)
     except Missing as exc:
         print(f'simreal {args.verb}: {exc}', file=sys.stderr)
         return 1

@@ -14,6 +14,11 @@ import time
 # but several seconds when the machine is busy: an e-stop that gives up too early is worse
 # than one that lands late, so the CLI waits this long before saying a node is not running.
 SERVICE_WAIT_S = 10.0
+# How long a verb waits for rclpy's teardown (destroy the node, shut the context down) once
+# its work is done. Seen once in CI on Jazzy (rclpy 7.1.6, Fast DDS 2.14.5): `simreal -n left
+# estop` printed that the e-stop had latched, then did not exit within 60 s. An operator's
+# command that has done its job must come back.
+CLOSE_WAIT_S = 5.0
 
 
 class Missing(RuntimeError):
@@ -65,11 +70,26 @@ class Ros:
                 if not self.rclpy.ok():
                     return
 
-    def close(self):
+    def close(self, wait=CLOSE_WAIT_S):
+        """Stop spinning and shut rclpy down; True when that finished within `wait` s.
+
+        The teardown runs in a daemon thread: one that hangs in the middleware is left behind
+        (the caller then ends the process, see client/cli.py main) instead of holding the
+        verb that already answered.
+        """
         self._stop.set()
         self._thread.join(timeout=2)
-        self.node.destroy_node()
-        self.rclpy.try_shutdown()
+        done = threading.Event()
+
+        def teardown():
+            try:
+                self.node.destroy_node()
+                self.rclpy.try_shutdown()
+            finally:
+                done.set()
+
+        threading.Thread(target=teardown, daemon=True).start()
+        return done.wait(wait)
 
     def call(self, srv_type, name, request, owner, timeout=10.0, wait=SERVICE_WAIT_S):
         """Call a service; raise Missing with the node and service when it is not there."""
