@@ -212,6 +212,7 @@ def main(argv=None):
     half = {p: [] for p in PARAMS}   # each estimate's 95 % half-width over its value
     lat_err, lat_base_err = [], []
     failures, robot_time, limit_max, details = [], [], {}, []
+    touched = []     # (seed, joint, seconds, pairs): the robot touched itself in a run
     wall = time.monotonic()
     for s in range(args.seeds):
         seed = args.first_seed + s
@@ -222,7 +223,14 @@ def main(argv=None):
                          fixed_base_lift=args.gantry_lift if gantry else None)
         for joint in joints:
             i = names.index(joint)
+            steps_before = plant.self_contact_steps
             res = identify_joint(plant, settings, nominal, joint)
+            if plant.self_contact_steps > steps_before:
+                touched.append({'seed': seed, 'joint': joint,
+                                'seconds': round((plant.self_contact_steps - steps_before)
+                                                 * physics_dt, 4),
+                                'pairs': sorted(map(list, plant.self_contact_pairs))})
+                plant.self_contact_pairs.clear()
             robot_time.append(sum(res.robot_time.values()))
             for kind, use in res.limits.items():
                 for key, value in use.items():
@@ -268,7 +276,10 @@ def main(argv=None):
                   f'armature {true["armature"]:.4f} -> {_v(res, "inertia", "armature")}, '
                   f'latency {truth.latency_s * 1e3:.2f} ms -> '
                   f'{lat.value("latency") * 1e3 if lat else float("nan"):.2f} ms'
-                  + (f'  FAILED {sorted(res.errors)}' if res.errors else ''), flush=True)
+                  + (f'  FAILED {sorted(res.errors)}' if res.errors else '')
+                  + (f'  TOUCHED ITSELF {touched[-1]["pairs"]}'
+                     if touched and touched[-1]['joint'] == joint
+                     and touched[-1]['seed'] == seed else ''), flush=True)
     summary = {'bench': 'sysid_accuracy', 'robot': str(config), 'seeds': args.seeds,
                'gantry': bool(gantry), 'physics_dt': physics_dt,
                'joints': joints, 'truth': args.truth or 'drawn around the config plant',
@@ -310,6 +321,11 @@ def main(argv=None):
     coverage = min(v['coverage_95'] for v in summary['parameters'].values())
     summary['coverage_min'] = coverage
     summary['robot_time_per_joint_s'] = round(max(robot_time), 2)
+    # The robot touching itself (a hanging leg's knee on the other's) is a run no owner
+    # wants on the real machine, whatever its estimates.
+    summary['self_contact'] = {'runs': len(touched),
+                               'seconds': round(sum(t['seconds'] for t in touched), 4),
+                               'examples': touched[:5]}
     summary['limits_used_fraction'] = {k: (round(v, 3) if isinstance(v, float) else v)
                                        for k, v in limit_max.items()}
     ratios = [v['improvement_over_baseline'] for v in summary['parameters'].values()]
@@ -319,6 +335,7 @@ def main(argv=None):
             v.get('precise_looking_wrong', 0) == 0 for v in summary['parameters'].values()),
         'coverage_ge_90pct': coverage >= 0.9,
         'robot_time_le_60s_per_joint': max(robot_time) <= 60.0,
+        'no_self_contact': not touched,
         'baseline_5x': all(r is not None and r >= 5 for r in ratios),
         'within_limits': (limit_max.get('position_inside', False)
                           and all(limit_max.get(k, 2.0) <= 1.0

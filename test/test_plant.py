@@ -170,3 +170,32 @@ def test_a_hung_g1_keeps_its_base_while_its_legs_move_and_drops_when_lowered(g1_
         plant.submit(plant.make_command(plant.names, position=bent))
         plant.step(1)
     assert plant.measure().base_position[2] < base[2] - 0.02      # lowered: it drops
+
+
+def test_a_hanging_leg_swung_into_the_other_is_counted_as_self_contact(g1_dir):
+    """The G1's left hip roll inside its soft limit (-0.47 rad) but past -0.37 rad puts its
+    knee on the right knee (other joints at the gantry hold): counted with the body pair, and
+    not counted at -0.15 rad, nor for the feet on the floor of a standing robot."""
+    params = load_node_params(resolve_path('config/robots/g1_12dof.yaml'), 'sim_robot')
+    model = resolve_path(params['model_path'])
+
+    def swing(roll, lift=0.3):
+        plant = SimPlant(model, params['joint_names'], 0.001, params['kp'], params['kd'],
+                         fixed_base_lift=lift)
+        pose = [-0.1, roll, 0, 0.6, -0.2, 0, -0.1, 0, 0, 0.6, -0.2, 0]
+        for _ in range(1000):
+            plant.submit(plant.make_command(plant.names, position=pose))
+            plant.step(1)
+        return plant
+
+    apart = swing(-0.15)
+    assert apart.self_contact_steps == 0 and not apart.self_contact_pairs
+    touching = swing(-0.45)
+    assert touching.self_contact_steps > 50
+    assert touching.self_contact_pairs == {('left_knee_link', 'right_knee_link')}
+    standing = SimPlant(model, params['joint_names'], 0.001, params['kp'], params['kd'])
+    for _ in range(300):
+        standing.submit(standing.make_command(standing.names,
+                                              position=[-0.1, 0, 0, 0.3, -0.2, 0] * 2))
+        standing.step(1)
+    assert standing.data.ncon > 0 and standing.self_contact_steps == 0

@@ -235,6 +235,9 @@ class SimPlant:
         self.gantry_body = (self._fixed_base_body(model_path) if fixed_base_lift is not None
                             else None)
         self._pin = None     # (qpos adr, dof adr, pose): the base held by a gantry, or None
+        # Physics steps in which the robot touched itself, and the body pairs that touched.
+        self.self_contact_steps = 0
+        self.self_contact_pairs = set()
         if initial_position is not None:
             self.data.qpos[self.qadr] = np.asarray(initial_position, dtype=float)
         mujoco.mj_forward(self.model, self.data)
@@ -438,10 +441,26 @@ class SimPlant:
             self.applied = applied
             self._write_torque(applied)
             mujoco.mj_step(m, d)
+            if d.ncon:
+                self._count_self_contact()
             if self._pin is not None:
                 qa, va, pose = self._pin
                 d.qpos[qa:qa + 7] = pose
                 d.qvel[va:va + 6] = 0.0
+
+    def _count_self_contact(self):
+        # A contact between two of the robot's own bodies (neither is the world's: the floor,
+        # a gantry) is the robot hitting itself: counted per physics step, with the pairs.
+        m, d = self.model, self.data
+        b1 = m.geom_bodyid[d.contact.geom1[:d.ncon]]
+        b2 = m.geom_bodyid[d.contact.geom2[:d.ncon]]
+        own = (b1 != 0) & (b2 != 0)
+        if not own.any():
+            return
+        self.self_contact_steps += 1
+        for a, b in zip(b1[own], b2[own]):
+            self.self_contact_pairs.add(tuple(sorted((m.body(int(a)).name,
+                                                      m.body(int(b)).name))))
 
     def _write_torque(self, tau):
         # The joint -> actuator / dof maps are fixed: indexed once, not masked every step (the
