@@ -140,6 +140,36 @@ def test_every_planned_sweep_keeps_the_robot_clear_of_itself():
                     kind, joint, settings.hold_position[i], plant.self_contact_pairs)
 
 
+def test_a_hold_within_the_pd_lag_of_a_contact_is_refused_naming_what_to_change():
+    """At 60 rad/s^2 the hanging hip roll's PD lag and overshoot (0.66 rad) reach past where
+    the knees meet (0.31 rad inward with the legs straight down): no window is left, and the
+    design refuses before any motion, naming hold_position and acceleration_limit."""
+    import dataclasses
+
+    import numpy as np
+    from simreal_ros.core.config import ConfigError, load_node_params, resolve_path
+    from simreal_ros.core.sysid import NominalModel
+    from simreal_ros.core.sysid.design import design_for, load_settings
+    sim = load_node_params(G1, 'sim_robot')
+    names = list(sim['joint_names'])
+    nominal = NominalModel(resolve_path(sim['model_path'], 'model_path'), names)
+    settings = load_settings(G1, 'friction')
+    i, j = names.index('left_hip_roll_joint'), names.index('right_hip_roll_joint')
+    straight = settings.hold_position.copy()
+    straight[[i, j]] = 0.0
+    fast = settings.acceleration_limit.copy()
+    fast[i] = 60.0
+    bad = dataclasses.replace(settings, hold_position=straight, acceleration_limit=fast)
+    with pytest.raises(ConfigError, match='left_hip_roll_joint.*hold_position.*'
+                                          'acceleration_limit'):
+        design_for('friction', 'left_hip_roll_joint', bad, nominal, straight)
+    # the same joint at the file's 20 rad/s^2 keeps a window, the other joints are untouched
+    ok = dataclasses.replace(settings, hold_position=straight)
+    assert np.ptp(design_for('friction', 'left_hip_roll_joint', ok, nominal,
+                             straight).position[:, i]) > 0.1
+    design_for('friction', 'left_knee_joint', bad, nominal, straight)
+
+
 def test_the_hanging_hip_pitch_friction_is_not_biased_by_its_speed_ripple():
     """The hip pitch carries the hanging leg: its gravity speeds the sweep up and slows it
     down, and the lightly damped PD rings, so no sweep is at exactly constant speed. The

@@ -205,6 +205,8 @@ def dynamic_lag(settings, index, nominal):
     if settings.armature_max is not None:
         inertia += float(settings.armature_max[index])
     kp, kd = float(settings.kp[index]), float(settings.kd[index])
+    if kp <= 0:
+        return math.inf     # no position gain: nothing bounds how far the joint runs
     zeta = kd / (2.0 * math.sqrt(kp * inertia)) if inertia > 0 else 1.0
     overshoot = math.exp(-math.pi * zeta / math.sqrt(1.0 - zeta**2)) if zeta < 1.0 else 0.0
     return inertia * float(settings.acceleration_limit[index]) / kp * (1.0 + overshoot)
