@@ -246,10 +246,17 @@ def test_each_command_is_published_as_applied_stamped_on_the_robot_clock(arm):
         assert sorted(damping.name) == sorted(NAMES) and list(damping.velocity) == [0.0] * 3
         stamp = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in got]
         assert all(b >= a for a, b in zip(stamp, stamp[1:])), 'applied stamps went back'
-        with probe.lock:
-            states = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
-                      for m in probe.states]
-        # On the robot's clock: inside the span of the joint_states stamped around them.
+        def state_stamps():
+            with probe.lock:
+                return [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+                        for m in probe.states]
+        # On the robot's clock: inside the span of the joint_states stamped around them. The
+        # damping is applied at the end of a period whose joint_states carry the same plant
+        # time; each stamp reads the clock offset anew (it moves by a microsecond), so wait
+        # for a later period's joint_states instead of comparing with that one.
+        wait_for(lambda: state_stamps()[-1] > stamp[-1] + 1e-4, 10,
+                 what='joint_states after the last applied command')
+        states = state_stamps()
         assert states[0] <= stamp[0] and stamp[-1] <= states[-1]
     finally:
         probe.node.destroy_subscription(sub)
