@@ -226,6 +226,7 @@ def test_session_recording_is_a_recording_sim_bridge_reads(tmp_path):
         cmd = source.create_publisher(JointState, 'hardware/command', COMMAND_QOS)
         js = source.create_publisher(JointState, 'joint_states', SENSOR_PUB_QOS)
         state = source.create_publisher(String, 'safety/state', LATCHED_QOS)
+        applied = source.create_publisher(JointState, 'driver/applied_command', COMMAND_QOS)
         recorder_node = rclpy.create_node('recorder')
         spin = Spinner(recorder_node)
         rec = SessionRecorder(recorder_node, tmp_path / 'session.mcap')
@@ -242,9 +243,11 @@ def test_session_recording_is_a_recording_sim_bridge_reads(tmp_path):
                            effort=[0.5] * 3)
             s.header.stamp = stamp
             js.publish(s)
+            applied.publish(m)   # what the driver handed on: the live gap replays it
             sent += 1
-            wait_for(lambda: rec.counts['/hardware/command'] >= sent, 5,
-                     what=f'command {sent} recorded')
+            wait_for(lambda: rec.counts['/hardware/command'] >= sent and
+                     rec.counts['/driver/applied_command'] >= sent, 5,
+                     what=f'command {sent} recorded, sent and applied')
         wait_for(lambda: rec.counts['/joint_states'] >= 50, 5, what='joint_states recorded')
         rec.pause()    # no subscriptions: nothing arrives, nothing is written
         wait_for(lambda: cmd.get_subscription_count() == 0, 20, what='recorder unsubscribed')
@@ -266,6 +269,7 @@ def test_session_recording_is_a_recording_sim_bridge_reads(tmp_path):
         rclpy.try_shutdown()
     # safety/state is latched: resume() may receive the current state once more (DDS timing).
     assert counts['/hardware/command'] == 61 and counts['/safety/state'] in (1, 2)
+    assert counts['/driver/applied_command'] == 60
     t, got_names, q, dq, tau = read_joint_states(tmp_path / 'session.mcap')
     assert got_names == names and q.shape[1] == 3 and np.allclose(dq, 1.0)
     recording = read_mcap(tmp_path / 'session.mcap', names=names)

@@ -4,9 +4,9 @@
     ...                      # the node spins elsewhere
     rec.close()              # returns {topic: message count}
 
-The recorded topics are the supervisor's inputs and output, the joint states and the safety
-events: `policy/command`, `sysid/command`, `hardware/command`, `joint_states`, `safety/state`,
-`/diagnostics`, `sysid/result`. Messages are stored as received (CDR), with the schema text
+The recorded topics are the supervisor's inputs and output, what the driver applied, the joint
+states and the safety events: `policy/command`, `sysid/command`, `hardware/command`,
+`driver/applied_command`, `joint_states`, `safety/state`, `/diagnostics`, `sysid/result`. Messages are stored as received (CDR), with the schema text
 `ros2 bag` writes, so `sim_bridge` can replay a session for its gap score.
 """
 import os
@@ -22,6 +22,9 @@ SESSION_TOPICS = {
     'policy/command': ('sensor_msgs/msg/JointState', 'RECORD'),
     'sysid/command': ('sensor_msgs/msg/JointState', 'RECORD'),
     'hardware/command': ('sensor_msgs/msg/JointState', 'RECORD'),
+    # what the driver handed to the actuators, stamped on the robot's clock when it did: the
+    # live gap replays it (sim_bridge's shadow), so a session can be replayed as it was
+    'driver/applied_command': ('sensor_msgs/msg/JointState', 'RECORD'),
     'joint_states': ('sensor_msgs/msg/JointState', 'SENSOR_SUB_QOS'),
     'safety/state': ('std_msgs/msg/String', 'LATCHED_QOS'),
     'sysid/result': ('std_msgs/msg/String', 'LATCHED_QOS'),
