@@ -120,6 +120,19 @@ def test_the_leg_is_identified_in_its_gantry(gantry_run):
     sweeps = {r['parameter']: r for r in runs[0]['results']}
     assert runs[0]['experiment'] == 'friction' and sweeps['coulomb_friction'].get('fit_curve')
     assert got['viscous_damping']['sweeps']['value'] == sweeps['viscous_damping']['value']
+    # each result says which share of its experiment's torque it carries, and a wide one says
+    # so in words (records.precision_note); the combined friction recomputes it
+    link = got['effective_inertia']['value'] - got['armature']['value']
+    assert got['armature']['signal_share'] == pytest.approx(
+        truth.armature[i] / (truth.armature[i] + link), rel=0.15)
+    top = got['viscous_damping']['top_speed_rad_s']
+    fv, fc = truth.viscous_damping[i] * top, truth.coulomb_friction[i]
+    assert got['viscous_damping']['signal_share'] == pytest.approx(fv / (fv + fc), rel=0.1)
+    for r in got.values():
+        if 'signal_share' in r:
+            lo, hi = r['interval']
+            wide = (hi - lo) / 2 / abs(r['value']) > 0.05
+            assert ('precision' in r) == (wide and r['signal_share'] < 0.5), r
 
 
 def test_sim_bridge_replays_the_gantry_and_the_gap_closes(gantry_run):

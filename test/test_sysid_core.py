@@ -421,3 +421,40 @@ def test_armature_under_a_heavy_link_is_not_read_low_by_velocity_noise(tmp_path)
     est = fit.estimates['armature']
     assert abs(est.value - ja) < 0.04 * ja, est
     assert est.covers(ja), est
+
+
+def test_a_wide_interval_says_which_share_of_the_torque_limits_it():
+    """The G1's hip roll: 0.013 kg*m^2 of armature on a 0.66 kg*m^2 link. The multi-sine
+    measures the sum to +-0.3 %; the armature alone only to +-17 %: the result says why,
+    and what would narrow it. A tight result carries its share and no such statement."""
+    from simreal_ros.core.sysid.estimators import Fit, _estimate
+    from simreal_ros.core.sysid.records import result_documents
+    z = 1.959964
+    est = {'armature': _estimate('armature', 0.013, 0.17 * 0.013 / z, 'kg*m^2', 'ms'),
+           'effective_inertia': _estimate('effective_inertia', 0.673, 0.17 * 0.013 / z,
+                                          'kg*m^2', 'ms')}
+    fit = Fit('inertia', 'left_hip_roll_joint', est, 0.01, 0.03, 0.99, 3.0, 500,
+              {'link_inertia': 0.66})
+    docs = {d['parameter']: d for d in result_documents('g1_12dof', fit, 'i.mcap')}
+    arm = docs['armature']
+    assert arm['signal_share'] == pytest.approx(0.013 / 0.673, rel=1e-3)
+    assert 'armature is 1.9% of this joint' in arm['precision']
+    assert 'effective_inertia) to +- 0.3%' in arm['precision']
+    assert 'inertia_duration_s' in arm['precision']
+    assert 'precision' not in docs['effective_inertia']
+    # friction: viscous 0.08 N*m*s/rad under 0.7 N*m of Coulomb, fastest sweep 1.8 rad/s
+    fr = _friction_fit(coulomb=(0.7, 0.003), viscous=(0.08, 0.008))
+    fr.notes['speeds'] = [-1.8, -0.25, 0.25, 1.8]
+    docs = {d['parameter']: d for d in result_documents('g1_12dof', fr, 'f.mcap')}
+    assert docs['viscous_damping']['signal_share'] == pytest.approx(0.144 / 0.844, rel=1e-3)
+    assert docs['viscous_damping']['precision'].startswith('+- 20% of the value: viscous '
+                                                           'friction is 17% of the friction')
+    assert 'friction_speeds' in docs['viscous_damping']['precision']
+    assert 'precision' not in docs['coulomb_friction']       # +-0.8 %: nothing to explain
+    assert docs['coulomb_friction']['signal_share'] == pytest.approx(0.7 / 0.844, rel=1e-3)
+    # wide, but the parameter carries most of the torque: the share is not why, none is said
+    fr = _friction_fit(coulomb=(0.7, 0.05), viscous=(0.08, 0.008))
+    fr.notes['speeds'] = [-1.8, 1.8]
+    docs = {d['parameter']: d for d in result_documents('g1_12dof', fr, 'f.mcap')}
+    assert docs['coulomb_friction']['signal_share'] > 0.5
+    assert 'precision' not in docs['coulomb_friction'] and 'precision' in docs['viscous_damping']

@@ -79,8 +79,18 @@ def test_every_run_carries_its_fit_curve_and_nominal(sysid_runs):
 def test_report_renders_in_chromium(sysid_runs, tmp_path):
     runs, gap, _ = sysid_runs
     exports = {'mjcf': '/tmp/x/arm3_identified.xml', 'values': '/tmp/x/identified_params.yaml'}
+    # one armature as a heavy link leaves it (+-40 %, 8 % of the inertia): its statement shows
+    import copy
+    from simreal_ros.core.sysid.records import precision_note
+    runs = copy.deepcopy(runs)
+    wide = next(r for r in runs[1]['results'] if r['parameter'] == 'armature')
+    wide['interval'] = [0.6 * wide['value'], 1.4 * wide['value']]
+    precision_note(wide, link_inertia=11.5 * wide['value'])
     path = write_report(str(tmp_path / 'report'), 'arm3', runs, gap=gap, exports=exports)
     dom, probe, stderr = check_page(path, str(tmp_path))
+    notes = re.search(r'<ul id="precision">(.*?)</ul>', dom, re.S)
+    assert notes and f"{wide['joint']} armature" in notes.group(1)
+    assert 'the armature is 8.0% of this joint' in notes.group(1)
     assert probe['errors'] == [], probe['errors']
     assert console_errors(stderr) == []
     ids = sorted(i['id'] for i in probe['images'])

@@ -146,9 +146,15 @@ def parameter_table(params):
                 f'<td>{esc(units)}</td><td>{quality}</td></tr>')
     if not rows:
         return '<p class="bad">No parameter was identified.</p>'
+    wide = [(joint, name, r['precision']) for joint in params
+            for name, r in params[joint].items() if r.get('precision')]
+    notes = ('<h3>Wide intervals, and why</h3><ul id="precision">' + ''.join(
+        f'<li><b>{esc(joint)} {esc(name)}</b>: {esc(why)}</li>' for joint, name, why in wide)
+        + '</ul>') if wide else ''
     return ('<table id="parameters"><tr><th>joint</th><th>parameter</th><th>nominal</th>'
             '<th>identified</th><th>95 % interval</th><th>half-width</th>'
-            '<th>vs nominal</th><th>units</th><th>fit</th></tr>' + ''.join(rows) + '</table>')
+            '<th>vs nominal</th><th>units</th><th>fit</th></tr>' + ''.join(rows) + '</table>'
+            + notes)
 
 
 def failure_table(failures):

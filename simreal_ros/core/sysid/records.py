@@ -87,8 +87,63 @@ def read_mcap(path, time_origin=0.0):
                      arr(cmd, 0), arr(cmd, 2), arr(cmd, 3), arr(cmd, 4))
 
 
+# A result whose 95 % half-width is above this fraction of its value, and whose share of the
+# torque its experiment measures is below SMALL_SHARE, says so (`precision`): that is why.
+PRECISION_NOTE_ABOVE = 0.05
+SMALL_SHARE = 0.5
+
+
+def precision_note(doc, link_inertia=None, top_speed=None, friction=None):
+    """Add `signal_share` and, for a wide interval, `precision` (why, and what narrows it).
+
+    The share is the parameter's part of the torque its experiment measures: the armature's
+    of the joint's inertia (the model's link plus the armature: the multi-sine measures their
+    sum, `effective_inertia`, far more tightly than the armature alone when the link dwarfs
+    it), viscous (Coulomb) friction's of the friction torque at the fastest sweep. A small share
+    is why an interval is wide however well the fit went: the data carry little of it. A wide
+    interval with a large share has another cause (a light joint's friction drowning its
+    inertia torque: the estimator's method and failure texts say that): no statement here.
+    friction: {'coulomb_friction': value, 'viscous_damping': value} of the same joint.
+    """
+    doc.pop('precision', None)
+    doc.pop('signal_share', None)
+    p, value = doc['parameter'], float(doc['value'])
+    lo, hi = (float(x) for x in doc['interval'])
+    half = (hi - lo) / 2
+    rel = half / abs(value) if value else float('inf')
+    if p == 'armature' and link_inertia:
+        total = max(value, 0.0) + float(link_inertia)
+        share = max(value, 0.0) / total
+        why = (f"the armature is {share:.1%} of this joint's inertia (the model's link "
+               f"{float(link_inertia):.3g} kg*m^2): the multi-sine measures their sum "
+               f"(effective_inertia) to +- {half / total:.1%}, the armature alone to "
+               f"+- {rel:.0%}. A simulator adds the two, so the sum is what it needs; a longer "
+               'multi-sine (inertia_duration_s) or a larger acceleration_limit narrows the '
+               'armature')
+    elif p in ('coulomb_friction', 'viscous_damping') and top_speed and friction:
+        viscous = max(float(friction['viscous_damping']), 0.0) * float(top_speed)
+        coulomb = max(float(friction['coulomb_friction']), 0.0)
+        if viscous + coulomb <= 0:
+            return doc
+        mine = viscous if p == 'viscous_damping' else coulomb
+        share = mine / (viscous + coulomb)
+        name = 'viscous' if p == 'viscous_damping' else 'Coulomb'
+        why = (f'{name} friction is {share:.0%} of the friction torque at the fastest sweep '
+               f'({float(top_speed):.2g} rad/s)' + (
+                   ': a faster top speed (friction_speeds, inside velocity_limit), a wider '
+                   'sweep (sweep_half_range) or more settled time (friction_settled_s) '
+                   'narrows it' if p == 'viscous_damping' else
+                   ': more settled time at the slow speeds (friction_settled_s) narrows it'))
+    else:
+        return doc
+    doc['signal_share'] = round(float(share), 4)
+    if rel > PRECISION_NOTE_ABOVE and share < SMALL_SHARE:
+        doc['precision'] = f'+- {rel:.0%} of the value: {why}'
+    return doc
+
+
 def result_documents(robot, fit, data_file):
-    """Return one mapping per estimated parameter of a Fit."""
+    """Return one mapping per estimated parameter of a Fit (with `precision_note`'s fields)."""
     docs = []
     for est in fit.estimates.values():
         docs.append({'robot': robot, 'joint': fit.joint, 'parameter': est.parameter,
@@ -110,6 +165,15 @@ def result_documents(robot, fit, data_file):
                     f'{misfit["worst_speed"]:+.2f} rad/s: {misfit["worst_residual"]:+.3f} N*m); '
                     'the joint has dynamics outside the model (Stribeck, backlash, a '
                     'torque-speed limit): the interval is widened, do not trust the value alone')
+    notes = fit.notes if isinstance(fit.notes, dict) else {}
+    values = {d['parameter']: d['value'] for d in docs}
+    top = max((abs(float(v)) for v in notes.get('speeds') or ()), default=None)
+    for d in docs:
+        if fit.kind == 'friction' and top:
+            d['top_speed_rad_s'] = top   # kept: a combined result recomputes its share with it
+            precision_note(d, top_speed=top, friction=values)
+        elif d['parameter'] == 'armature':
+            precision_note(d, link_inertia=notes.get('link_inertia'))
     return docs
 
 

@@ -36,7 +36,8 @@ from simreal_ros.core.sysid.estimators import (FRICTION_KEYS, IdentificationErro
 from simreal_ros.core.sysid.fit_curves import fit_curve
 from simreal_ros.core.sysid.model import NominalModel
 from simreal_ros.core.sysid.records import (latest_documents, latest_parameters,
-                                            result_documents, run_basename, write_mcap)
+                                            precision_note, result_documents, run_basename,
+                                            write_mcap)
 from simreal_ros.core.sysid.runner import JointResult, joint_params_from
 
 
@@ -387,6 +388,9 @@ class SysidSession:
                               'std_model': float(fit.notes.get(key + '_std_model', 0.0)),
                               'data_file': str(data_file)}})
             out.append(new)
+        values = {d['parameter']: d['value'] for d in out}
+        for d in out:   # the sweeps' share statement, for the combined value and interval
+            precision_note(d, top_speed=d.get('top_speed_rad_s'), friction=values)
         return out
 
     def _fit_curve(self, exp, rec, fit, lim):
