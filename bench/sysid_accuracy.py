@@ -44,6 +44,7 @@ from simreal_ros.core.config import (ConfigError, load_node_params,  # noqa: E40
 from simreal_ros.core.plant import PlantTruth, SimPlant, load_model  # noqa: E402
 from simreal_ros.core.sysid import KINDS, NominalModel  # noqa: E402
 from simreal_ros.core.sysid.design import load_settings  # noqa: E402
+from simreal_ros.core.sysid.records import result_documents  # noqa: E402
 from simreal_ros.core.sysid.runner import identify_joint  # noqa: E402
 
 PARAMS = {'coulomb_friction': ('friction', 0.02), 'viscous_damping': ('friction', 0.05),
@@ -200,7 +201,10 @@ def main(argv=None):
     except ConfigError as exc:
         print(f'sysid_accuracy: {exc}', file=sys.stderr)
         return 2
-    joints = args.joints or names
+    joints = [j for arg in (args.joints or names) for j in arg.split(',') if j]
+    unknown = [j for j in joints if j not in names]
+    if unknown:
+        sys.exit(f'--joints: {unknown} not in {config} (its joints: {names})')
     nominal = NominalModel(model, names)
     gantry = is_floating(model)
     physics_dt = args.physics_dt or float(sim.get('physics_dt', 0.001))
@@ -210,6 +214,7 @@ def main(argv=None):
     base_errors = {p: [] for p in PARAMS}
     covered = {p: [] for p in list(PARAMS) + ['latency']}
     half = {p: [] for p in PARAMS}   # each estimate's 95 % half-width over its value
+    share = {p: [] for p in PARAMS}  # (signal_share, said why) of each result
     lat_err, lat_base_err = [], []
     failures, robot_time, limit_max, details = [], [], {}, []
     touched = []     # (seed, joint, seconds, pairs): the robot touched itself in a run
@@ -245,8 +250,13 @@ def main(argv=None):
                     'viscous_damping': truth.viscous_damping[i],
                     'armature': truth.armature[i],
                     'effective_inertia': truth.armature[i] + link}
+            # what each result says of itself: its share of the torque, why it is wide
+            said = {d['parameter']: d for f in res.fits.values()
+                    for d in result_documents(args.robot, f, '')}
             for p, (kind, _) in PARAMS.items():
                 fit = res.fits.get(kind)
+                share[p].append((said.get(p, {}).get('signal_share'),
+                                 'precision' in said.get(p, {})))
                 if fit is None:
                     errors[p].append(float('inf'))
                     covered[p].append(False)
@@ -305,6 +315,18 @@ def main(argv=None):
             'claimed_precise': len(claimed),
             'claimed_precise_p95_rel_error': round(p95(claimed), 5) if claimed else None,
             'precise_looking_wrong': int(sum(e > target for e in claimed))}
+        # Why the wide ones are wide: the parameter's share of the torque its experiment
+        # measures (records.precision_note), for the results that said they missed the goal
+        # and for those that claimed it; and how many of the first said why in words.
+        shares = {'said_imprecise': [s_ for (s_, _), h in zip(share[p], half[p])
+                                     if h > target and s_ is not None],
+                  'claimed_precise': [s_ for (s_, _), h in zip(share[p], half[p])
+                                      if h <= target and s_ is not None]}
+        if shares['said_imprecise'] or shares['claimed_precise']:
+            summary['parameters'][p]['signal_share_median'] = {
+                k: round(float(np.median(v)), 4) if v else None for k, v in shares.items()}
+            summary['parameters'][p]['said_imprecise_with_reason'] = int(sum(
+                w for (_, w), h in zip(share[p], half[p]) if h > target))
     finite = [e for e in lat_err if math.isfinite(e)]
     rms = float(np.sqrt(np.mean(np.square(finite)))) if finite else float('nan')
     base_fin = [e for e in lat_base_err if math.isfinite(e)]
