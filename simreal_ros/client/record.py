@@ -6,8 +6,9 @@
 
 The recorded topics are the supervisor's inputs and output, what the driver applied, the joint
 states and the safety events: `policy/command`, `sysid/command`, `hardware/command`,
-`driver/applied_command`, `joint_states`, `safety/state`, `/diagnostics`, `sysid/result`. Messages are stored as received (CDR), with the schema text
-`ros2 bag` writes, so `sim_bridge` can replay a session for its gap score.
+`driver/applied_command`, `joint_states`, `safety/state`, `/diagnostics`, `sysid/result`.
+Messages are stored as received (CDR), with the schema text `ros2 bag` writes, so `sim_bridge`
+can replay a session for its gap score.
 """
 import os
 from pathlib import Path
