@@ -1,4 +1,5 @@
 """sim_robot as its own process, observed and commanded over real DDS from this process."""
+import contextlib
 import threading
 import time
 
@@ -205,12 +206,9 @@ def test_clock_runs_while_held_and_goes_on_from_there_when_commanded(ros, tmp_pa
             probe.stop()
 
 
-def test_commands_sent_in_a_burst_are_published_as_applied_in_order(arm):
-    # Several commands taken in one period enter the plant at one plant time; each stamp read
-    # the clock offset anew (it moves by a microsecond), so the newer one was stamped before
-    # the older: a reader keeping its stream in order (sim_bridge's shadow) dropped it (7 % of
-    # a loaded demo's commands, its live gap 8 x the floor on a plant that matched).
-    _, probe = arm
+@contextlib.contextmanager
+def applied_of(probe):
+    """driver/applied_command as received, in order: (list of messages, its lock)."""
     applied, lock = [], threading.Lock()
 
     def on_applied(msg):
@@ -222,6 +220,18 @@ def test_commands_sent_in_a_burst_are_published_as_applied_in_order(arm):
     try:
         wait_for(lambda: sub.get_publisher_count() > 0, 10,
                  what='sim_robot publishing driver/applied_command')
+        yield applied, lock
+    finally:
+        probe.node.destroy_subscription(sub)
+
+
+def test_commands_sent_in_a_burst_are_published_as_applied_in_order(arm):
+    # Several commands taken in one period enter the plant at one plant time; each stamp read
+    # the clock offset anew (it moves by a microsecond), so the newer one was stamped before
+    # the older: a reader keeping its stream in order (sim_bridge's shadow) dropped it (7 % of
+    # a loaded demo's commands, its live gap 8 x the floor on a plant that matched).
+    _, probe = arm
+    with applied_of(probe) as (applied, lock):
         for k in range(600):      # as fast as Python sends: several per 2 ms period
             probe.send(NAMES, position=[0.0, 0.1 + 1e-4 * k, 0.0])
         wait_for(lambda: any(m.position and abs(m.position[1] - (0.1 + 0.0599)) < 1e-9
@@ -233,8 +243,6 @@ def test_commands_sent_in_a_burst_are_published_as_applied_in_order(arm):
         assert len(got) > 100 and same > 0, (len(got), same)   # a burst, some at one time
         back = [(a, b) for a, b in zip(ns, ns[1:]) if b < a]
         assert not back, f'{len(back)} of {len(ns)} applied stamps went back: {back[:3]}'
-    finally:
-        probe.node.destroy_subscription(sub)
 
 
 def test_each_command_is_published_as_applied_stamped_on_the_robot_clock(arm):
@@ -242,17 +250,7 @@ def test_each_command_is_published_as_applied_stamped_on_the_robot_clock(arm):
     # clock of joint_states when it entered the plant (the hidden latency is not added), and
     # the damping the driver applies on its own (command_timeout_s) as well.
     _, probe = arm
-    applied, lock = [], threading.Lock()
-
-    def on_applied(msg):
-        with lock:
-            applied.append(msg)
-    deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-    sub = probe.node.create_subscription(JointState, 'driver/applied_command', on_applied,
-                                         deep)
-    try:
-        wait_for(lambda: sub.get_publisher_count() > 0, 10,
-                 what='sim_robot publishing driver/applied_command')
+    with applied_of(probe) as (applied, lock):
         sent = [0.1 + 0.001 * k for k in range(150)]
 
         def send(names, **terms):
@@ -290,5 +288,3 @@ def test_each_command_is_published_as_applied_stamped_on_the_robot_clock(arm):
                  what='joint_states after the last applied command')
         states = state_stamps()
         assert states[0] <= stamp[0] and stamp[-1] <= states[-1]
-    finally:
-        probe.node.destroy_subscription(sub)
