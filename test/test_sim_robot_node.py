@@ -232,15 +232,31 @@ def test_commands_sent_in_a_burst_are_published_as_applied_in_order(arm):
     # a loaded demo's commands, its live gap 8 x the floor on a plant that matched).
     _, probe = arm
     with applied_of(probe) as (applied, lock):
-        for k in range(600):      # as fast as Python sends: several per 2 ms period
-            probe.send(NAMES, position=[0.0, 0.1 + 1e-4 * k, 0.0])
-        wait_for(lambda: any(m.position and abs(m.position[1] - (0.1 + 0.0599)) < 1e-9
-                             for m in list(applied)), 10, what='the last command applied')
-        with lock:
-            got = [m for m in applied if m.position]
-        ns = [m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec for m in got]
-        same = sum(b == a for a, b in zip(ns, ns[1:]))
-        assert len(got) > 100 and same > 0, (len(got), same)   # a burst, some at one time
+        # Bursts until one has put two echoed commands at one plant time (a busy machine
+        # sends more slowly, and the keep-last-1 topic may drop a neighbour): the case
+        # under test must have happened for the test to say anything. At most 5.
+        ns, same = [], 0
+        for burst in range(5):
+            with lock:
+                applied.clear()
+            base = 0.1 + 0.1 * burst  # each burst its own targets: no echo of the last one
+            for k in range(600):      # as fast as Python sends: several per 2 ms period
+                probe.send(NAMES, position=[0.0, base + 1e-4 * k, 0.0])
+            # Over once the last command is echoed, or the damping command_timeout_s after
+            # it: the applied topic is keep-last 1 (COMMAND_QOS), so a reader slower than the
+            # burst (a busy machine) may get the damping in place of the last echo.
+            wait_for(lambda: any((m.position and abs(m.position[1] - (base + 0.0599)) < 1e-9)
+                                 or not m.position for m in list(applied)), 10,
+                     what='the last command applied, or the damping after it')
+            with lock:
+                got = [m for m in applied if m.position]
+            stamps = [m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
+                      for m in got]
+            ns += stamps
+            same += sum(b <= a for a, b in zip(stamps, stamps[1:]))
+            if same:
+                break
+        assert len(ns) > 100 and same > 0, (len(ns), same)   # some at one plant time
         back = [(a, b) for a, b in zip(ns, ns[1:]) if b < a]
         assert not back, f'{len(back)} of {len(ns)} applied stamps went back: {back[:3]}'
 
