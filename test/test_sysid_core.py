@@ -12,7 +12,8 @@ from simreal_ros.core.sysid import (IdentificationError, NominalModel, check_lim
                                     design_for, estimate_friction, estimate_inertia,
                                     estimate_latency)
 from simreal_ros.core.sysid.baselines import baseline_friction, baseline_latency
-from simreal_ros.core.sysid.design import KINDS, limit_usage, load_settings
+from simreal_ros.core.sysid.design import (KINDS, SETTLE_TIME_CONSTANTS, limit_usage,
+                                           load_settings, loop_time_constant, sweep_settle)
 from simreal_ros.core.sysid.records import read_mcap, write_mcap
 from simreal_ros.core.sysid.runner import record
 
@@ -90,12 +91,38 @@ def test_friction_settled_time_adds_passes_where_sweeps_are_short(nominal):
     assert (np.count_nonzero(exp.steady & (exp.target_speed == top))
             > 3 * np.count_nonzero(plain.steady & (plain.target_speed == top)))
     # a speed whose sweep never settles is left out; fewer than two left is refused
-    short = replace(s, sweep_half_range=0.3, settle_s=0.5, friction_speeds=(0.2, 0.4, 1.8))
+    short = replace(s, sweep_half_range=0.1, friction_speeds=(0.2, 0.4, 1.8))
     exp = design_for('friction', 'elbow_pitch', short, nominal, s.hold_position)
     assert sorted(set(np.abs(exp.target_speed[exp.segment >= 0]))) == [0.2, 0.4]
     with pytest.raises(ConfigError, match='settle'):
         design_for('friction', 'elbow_pitch', replace(short, friction_speeds=(0.2, 1.8)),
                    nominal, s.hold_position)
+
+
+def test_a_light_joint_counts_its_sweeps_settled_after_its_own_loop_time(nominal):
+    s = load_settings(CONFIG, 'friction')
+    for i, joint in enumerate(NAMES):
+        link = float(nominal.mass_diagonal(s.hold_position)[i])
+        inertias = [link] + ([link + s.armature_max[i]] if s.armature_max is not None else [])
+        # the slowest pole of J*s^2 + kd*s + kp, found independently
+        slowest = max(-1.0 / max(np.roots([j, s.kd[i], s.kp[i]]).real) for j in inertias)
+        assert loop_time_constant(s, i, nominal) == pytest.approx(slowest, rel=1e-6)
+        settle = sweep_settle(s, i, nominal)
+        assert settle == pytest.approx(min(s.settle_s, SETTLE_TIME_CONSTANTS * slowest))
+        exp = design_for('friction', joint, s, nominal, s.hold_position)
+        dt = 1.0 / s.command_rate_hz
+        # every constant-speed stretch counts as settled `settle` after its acceleration ends
+        t, i_steady = exp.t, exp.steady
+        for seg in np.unique(exp.segment[exp.segment >= 0]):
+            rows = np.flatnonzero(exp.segment == seg)
+            v = np.abs(exp.velocity[rows, i])
+            const = rows[np.isclose(v, v.max())]
+            first = rows[i_steady[rows]]
+            if first.size:
+                assert t[first[0]] - t[const[0]] == pytest.approx(settle, abs=1.5 * dt)
+    # the elbow (light) settles in a fraction of settle_s; the shoulder pitch does not
+    assert sweep_settle(s, 2, nominal) < 0.5 * s.settle_s
+    assert sweep_settle(s, 1, nominal) == s.settle_s
 
 
 def test_hold_position_outside_range_is_a_config_error(nominal):

@@ -259,7 +259,9 @@ def cmd_sysid_plan(args, _ros=None):
                   f'{r["peak_torque"]:>6.1f}/{r["torque_limit"]:<6g} {r["duration_s"]:>6.1f}s'
                   + (f'  OUTSIDE: {"; ".join(r["violations"])}' if r['violations'] else ''))
             if r['kind'] == 'friction':
-                print(f'{"":<37} sweeps at {speeds} rad/s, both directions')
+                passes = ', '.join(str(n) for n in r.get('passes') or ())
+                print(f'{"":<37} sweeps at {speeds} rad/s, both directions ({passes} '
+                      f'back and forth), settled {r["settle_s"]:g} s after each acceleration')
             elif r.get('excitation'):
                 e = r['excitation']
                 print(f'{"":<37} amplitude set by the {e["bound"]} limit '

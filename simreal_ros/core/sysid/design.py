@@ -381,21 +381,66 @@ def _multisine(settings, index, band, duration, half, seed, link_inertia=None):
     return scale * pos * env, scale * (vel * env + pos * denv), facts
 
 
-def settled_per_sweep(settings, index, half, speed):
-    """Seconds of one sweep over 2 * `half` at `speed` that count as settled constant speed."""
+# A sweep's samples count as settled this many time constants of the joint's PD loop after
+# its acceleration ends (the velocity error down to e^-2 = 14 %, inside the 25 % band the
+# friction estimate keeps; its acceleration column takes out the rest), and at most settle_s.
+SETTLE_TIME_CONSTANTS = 2.0
+
+
+def loop_time_constant(settings, index, nominal):
+    """The slowest time constant (s) of joint `index`'s PD loop, J*s^2 + kd*s + kp = 0.
+
+    J is the nominal link's inertia at hold_position, or that plus armature_max (when
+    given), whichever is slower; no friction (which only damps it). Underdamped: 2*J/kd (the
+    envelope); overdamped: the slow root's. The G1's hanging hip pitch 0.86 s, its ankles
+    0.05 s (kp 40, kd 2: the slow root ~kp/kd whatever the armature).
+    """
+    link = float(nominal.mass_diagonal(settings.hold_position)[index])
+    kp, kd = float(settings.kp[index]), float(settings.kd[index])
+    inertias = [max(link, 1e-9)]
+    if settings.armature_max is not None:
+        inertias.append(link + float(settings.armature_max[index]))
+    out = 0.0
+    for inertia in inertias:
+        if kd <= 0:
+            return math.inf
+        disc = kd * kd - 4.0 * inertia * kp
+        tau = (2.0 * inertia / kd if disc < 0 else
+               2.0 * inertia / (kd - math.sqrt(disc)) if kd > math.sqrt(disc) else math.inf)
+        out = max(out, tau)
+    return out
+
+
+def sweep_settle(settings, index, nominal):
+    """Seconds after a sweep's acceleration before its samples count as settled:
+    SETTLE_TIME_CONSTANTS of the joint's PD loop (loop_time_constant), at most settle_s.
+    A light joint settles in a fraction of settle_s: the G1's ankle roll, 0.42 rad of sweep
+    at +-0.21 rad, had no settled sample at 1.8 rad/s and 0.07 s a sweep at 1 rad/s with
+    settle_s 0.3; with 0.1 s, 0.04 and 0.27 s."""
+    if nominal is None:
+        return settings.settle_s
+    return min(settings.settle_s,
+               SETTLE_TIME_CONSTANTS * loop_time_constant(settings, index, nominal))
+
+
+def settled_per_sweep(settings, index, half, speed, settle=None):
+    """Seconds of one sweep over 2 * `half` at `speed` that count as settled constant speed
+    (`settle`: the sweep's settle time, sweep_settle; default settle_s)."""
+    settle = settings.settle_s if settle is None else settle
     acc = float(settings.acceleration_limit[index])
     t_acc = speed / acc
     if 2 * half < speed * t_acc:       # triangle profile: never at the speed
         return 0.0
-    return max(0.0, 2 * half / speed - t_acc - settings.settle_s)
+    return max(0.0, 2 * half / speed - t_acc - settle)
 
 
-def friction_passes(settings, index, half, joint):
+def friction_passes(settings, index, half, joint, settle=None):
     """[(speed, passes)] of the friction sweeps of joint `index` over +-`half` rad.
 
     Speeds are capped at 0.9 * velocity_limit. With friction_settled_s, each speed gets the
     passes (at least friction_passes) that give it that settled time per direction: a sweep
-    at the top speed is short and its first settle_s is not steady, so without them the top
+    at the top speed is short and its first `settle` s (sweep_settle; default settle_s) are
+    not steady, so without them the top
     speed, which carries the viscous friction, had 1 % of the lowest speed's samples (the
     G1's hip pitch: 0.13 s against 12 s). A speed whose sweep never settles is left out.
     """
@@ -403,7 +448,7 @@ def friction_passes(settings, index, half, joint):
     speeds = sorted({min(float(v), vmax) for v in settings.friction_speeds})
     out = []
     for v in speeds:
-        settled = settled_per_sweep(settings, index, half, v)
+        settled = settled_per_sweep(settings, index, half, v, settle)
         passes = settings.friction_passes
         if settings.friction_settled_s > 0:
             if settled <= 0:
@@ -413,7 +458,8 @@ def friction_passes(settings, index, half, joint):
     if len(out) < 2:
         raise ConfigError(f'friction_speeds: fewer than 2 distinct speeds below 0.9 * '
                           f'velocity_limit ({vmax:.3f} rad/s) settle within the sweep of '
-                          f'{joint!r} (+-{half:.3f} rad, settle_s {settings.settle_s:g} s): '
+                          f'{joint!r} (+-{half:.3f} rad, settled after '
+                          f'{settings.settle_s if settle is None else settle:.3g} s): '
                           'lower the speeds or settle_s')
     return out
 
@@ -439,11 +485,12 @@ def design_for(kind, joint, settings, nominal, current_position):
         b.hold(settings.settle_s)
         b.phases.append((b.now, 'sweeps'))
         seg = 0
-        for v, passes in friction_passes(settings, i, half, joint):
+        settle = sweep_settle(settings, i, nominal)
+        for v, passes in friction_passes(settings, i, half, joint, settle):
             b.phases.append((b.now, f'sweep {v:.2f} rad/s'))
             for _ in range(passes):
-                b.joint_move(c + half, v, seg, settings.settle_s)
-                b.joint_move(c - half, v, seg + 1, settings.settle_s)
+                b.joint_move(c + half, v, seg, settle)
+                b.joint_move(c - half, v, seg + 1, settle)
                 seg += 2
         b.phases.append((b.now, 'return'))
         b.approach(hold)
@@ -562,18 +609,20 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
             acc = np.gradient(exp.velocity, dt, axis=0)
             rigid = nominal.inverse_dynamics(exp.position[::4], exp.velocity[::4],
                                              acc[::4])[:, i]
+            sweeps = (friction_passes(settings, i, _joint_window(settings, i, nominal)[1], joint,
+                                      sweep_settle(settings, i, nominal))
+                      if kind == 'friction' else None)
             rows.append({
                 'kind': kind, 'joint': joint, 'duration_s': round(exp.duration, 2),
                 'range_rad': [round(float(exp.position[:, i].min()), 3),
                               round(float(exp.position[:, i].max()), 3)],
                 'peak_speed': round(float(np.max(np.abs(exp.velocity[:, i]))), 3),
                 'velocity_limit': float(settings.velocity_limit[i]),
-                'speeds': ([round(float(v), 3) for v, _ in friction_passes(
-                    settings, i, _joint_window(settings, i, nominal)[1], joint)]
-                    if kind == 'friction' else None),
-                'passes': ([n for _, n in friction_passes(
-                    settings, i, _joint_window(settings, i, nominal)[1], joint)]
-                    if kind == 'friction' else None),
+                'speeds': ([round(float(v), 3) for v, _ in sweeps] if sweeps else None),
+                'passes': ([n for _, n in sweeps] if sweeps else None),
+                # friction: seconds after each sweep's acceleration before its samples count
+                'settle_s': (round(sweep_settle(settings, i, nominal), 3)
+                             if kind == 'friction' else None),
                 'peak_torque': round(float(np.max(np.abs(rigid))), 2),
                 'torque_limit': float(settings.torque_limit[i]),
                 # multi-sines: the limit that set the amplitude and the PD torque the design
