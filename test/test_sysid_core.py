@@ -12,8 +12,9 @@ from simreal_ros.core.sysid import (IdentificationError, NominalModel, check_lim
                                     design_for, estimate_friction, estimate_inertia,
                                     estimate_latency)
 from simreal_ros.core.sysid.baselines import baseline_friction, baseline_latency
-from simreal_ros.core.sysid.design import (KINDS, SETTLE_TIME_CONSTANTS, limit_usage,
-                                           load_settings, loop_time_constant, sweep_settle)
+from simreal_ros.core.sysid.design import (KINDS, SETTLE_TIME_CONSTANTS, _joint_window,
+                                           friction_passes, limit_usage, load_settings,
+                                           loop_time_constant, pass_seconds, sweep_settle)
 from simreal_ros.core.sysid.records import read_mcap, write_mcap
 from simreal_ros.core.sysid.runner import record
 
@@ -97,6 +98,41 @@ def test_friction_settled_time_adds_passes_where_sweeps_are_short(nominal):
     with pytest.raises(ConfigError, match='settle'):
         design_for('friction', 'elbow_pitch', replace(short, friction_speeds=(0.2, 1.8)),
                    nominal, s.hold_position)
+
+
+def test_friction_budget_caps_the_experiment_and_spends_it_where_settled_time_is_short(
+        nominal):
+    s = replace(load_settings(CONFIG, 'friction'), friction_passes=1, friction_settled_s=2.5)
+    joint = 'shoulder_yaw'
+    free = design_for('friction', joint, s, nominal, s.hold_position)
+    i = free.index
+    half = _joint_window(s, i, nominal)[1]
+    settle = sweep_settle(s, i, nominal)
+    wanted = dict(friction_passes(s, i, half, joint, settle))
+    least = design_for('friction', joint, replace(s, friction_settled_s=0.0), nominal,
+                       s.hold_position).duration          # one pass per speed
+    budget = least + 0.5 * (free.duration - least)
+    capped = replace(s, friction_budget_s=budget)
+    exp = design_for('friction', joint, capped, nominal, s.hold_position)
+    got = dict(friction_passes(capped, i, half, joint, settle))
+    assert exp.duration <= budget + 0.05 < free.duration
+    assert set(got) == set(wanted)
+    assert all(1 <= got[v] <= wanted[v] for v in got)
+    # the time went to the speeds furthest from their settled time: no speed could take one
+    # more pass and still fit, and none sits above another's fraction by more than one pass
+    spare = budget - exp.duration
+    assert all(got[v] == wanted[v] or pass_seconds(s, i, half, v) > spare - 0.05 for v in got)
+    ratio = {v: got[v] / wanted[v] for v in got}
+    assert all(ratio[v] - 1 / wanted[v] <= min(ratio.values()) + 1e-9 for v in got)
+    top = max(got)
+    assert got[top] > 1 and wanted[top] > got[top]
+    # a budget below one pass per speed keeps one pass per speed; no budget: as wanted
+    tight = dict(friction_passes(replace(s, friction_budget_s=1.0), i, half, joint, settle))
+    assert all(n == 1 for n in tight.values())
+    assert dict(friction_passes(replace(s, friction_budget_s=0.0), i, half, joint,
+                                settle)) == wanted
+    with pytest.raises(ConfigError, match='friction_budget_s'):
+        replace(s, friction_budget_s=-1.0).validate()
 
 
 def test_a_light_joint_counts_its_sweeps_settled_after_its_own_loop_time(nominal):

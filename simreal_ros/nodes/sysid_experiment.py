@@ -73,7 +73,11 @@ KIND_SCALARS = {
                  'friction_settled_s': (0.0, 'settled constant-speed time wanted per speed '
                                         'and direction (s): more passes at the speeds whose '
                                         'sweeps are short; 0: friction_passes at every '
-                                        'speed', 0.0, 30.0)},
+                                        'speed', 0.0, 30.0),
+                 'friction_budget_s': (0.0, 'robot time a joint\'s friction experiment may '
+                                       'take (s): friction_settled_s\'s passes are added, '
+                                       'the speeds furthest from it first, while it fits; 0: '
+                                       'no cap', 0.0, 600.0)},
     'inertia': {'inertia_duration_s': (10.0, 'multi-sine duration per joint (s)', 1.0, 120.0)},
     'latency': {'latency_duration_s': (4.0, 'multi-sine duration per joint (s)', 1.0, 60.0),
                 'max_latency_s': (0.06, 'largest delay searched (s)', 0.005, 0.5)},
@@ -230,7 +234,9 @@ class SysidNode(Node):
                                     read_only=True)
         p['command_rate_hz'] = declare(self, 'command_rate_hz', 240.0, 'command rate (Hz)',
                                        low=20.0, high=1000.0, read_only=True)
-        p['settle_s'] = declare(self, 'settle_s', 0.3, 'hold before and after excitations (s)',
+        p['settle_s'] = declare(self, 'settle_s', 0.3, 'hold before and after excitations '
+                                '(s); a friction sweep counts as settled 2 time constants of '
+                                "the joint's PD loop after its acceleration, at most this",
                                 low=0.0, high=5.0, read_only=True)
         p['sweep_half_range'] = declare(self, 'sweep_half_range', 0.6, 'largest excursion each '
                                         'side of hold_position (rad)', low=0.01, high=3.0,

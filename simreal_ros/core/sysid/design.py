@@ -46,6 +46,11 @@ class SysidSettings:
     # Settled constant-speed time (s, each direction) wanted at every speed: more passes where
     # a sweep is short (the top speeds, where viscous friction is most visible); 0: off.
     friction_settled_s: float = 0.0
+    # Seconds of robot time a joint's friction experiment may take (approach, sweeps, return):
+    # with friction_settled_s, the passes it asks for are added the speeds furthest from it
+    # first while the experiment fits; 0: no cap. Where the sweeps are short (the G1's ankle
+    # and hip rolls) the time the others spend on range goes to more passes.
+    friction_budget_s: float = 0.0
     # inertia
     inertia_duration_s: float = 10.0
     inertia_band_hz: tuple = (0.4, 4.0)
@@ -92,7 +97,7 @@ class SysidSettings:
             out.position_upper = per_joint('position_upper', [np.inf] * n)
         for key in ('range_margin', 'command_rate_hz', 'approach_speed_fraction', 'settle_s',
                     'sweep_half_range', 'inertia_duration_s', 'latency_duration_s',
-                    'max_latency_s', 'friction_settled_s'):
+                    'max_latency_s', 'friction_settled_s', 'friction_budget_s'):
             if key in params:
                 setattr(out, key, float(params[key]))
         for key in ('gravity_feedforward',):
@@ -118,6 +123,8 @@ class SysidSettings:
             raise ConfigError(f'{source}.friction_passes must be >= 1')
         if not self.friction_settled_s >= 0:
             raise ConfigError(f'{source}.friction_settled_s must be >= 0 (0: off)')
+        if not self.friction_budget_s >= 0:
+            raise ConfigError(f'{source}.friction_budget_s must be >= 0 (0: no cap)')
         if self.armature_max is not None and np.any(self.armature_max < 0):
             raise ConfigError(f'{source}.armature_max must be >= 0 for every joint (kg*m^2)')
         if len(self.friction_speeds) < 2 or min(self.friction_speeds) <= 0:
@@ -443,6 +450,8 @@ def friction_passes(settings, index, half, joint, settle=None):
     not steady, so without them the top
     speed, which carries the viscous friction, had 1 % of the lowest speed's samples (the
     G1's hip pitch: 0.13 s against 12 s). A speed whose sweep never settles is left out.
+    With friction_budget_s too, those passes are granted while the experiment fits in it
+    (_fit_budget): a short sweep's joint gets the time a long one spends on range.
     """
     vmax = 0.9 * settings.velocity_limit[index]
     speeds = sorted({min(float(v), vmax) for v in settings.friction_speeds})
@@ -455,6 +464,8 @@ def friction_passes(settings, index, half, joint, settle=None):
                 continue
             passes = max(passes, math.ceil(settings.friction_settled_s / settled - 1e-9))
         out.append((v, passes))
+    if settings.friction_budget_s > 0 and settings.friction_settled_s > 0:
+        out = _fit_budget(settings, index, half, out)
     if len(out) < 2:
         raise ConfigError(f'friction_speeds: fewer than 2 distinct speeds below 0.9 * '
                           f'velocity_limit ({vmax:.3f} rad/s) settle within the sweep of '
@@ -462,6 +473,41 @@ def friction_passes(settings, index, half, joint, settle=None):
                           f'{settings.settle_s if settle is None else settle:.3g} s): '
                           'lower the speeds or settle_s')
     return out
+
+
+def pass_seconds(settings, index, half, speed):
+    """Seconds of one back-and-forth sweep over 2 * `half` at `speed` (trapezoids)."""
+    acc = float(settings.acceleration_limit[index])
+    if 2 * half < speed * speed / acc:      # triangle profile
+        return 2 * 2 * math.sqrt(2 * half / acc)
+    return 2 * (2 * half / speed + speed / acc)
+
+
+def friction_overhead_s(settings, index, half):
+    """Seconds of a friction experiment outside its sweeps, started at hold_position: the
+    approach to one end of the sweep, the settle there and the return."""
+    vmax = settings.approach_speed_fraction * float(settings.velocity_limit[index])
+    return 2 * max(0.5, 1.875 * half / vmax) + settings.settle_s
+
+
+def _fit_budget(settings, index, half, wanted):
+    """[(speed, passes)] within friction_budget_s: from friction_passes at every speed, one
+    pass at a time to the speed furthest below the passes it wants (`wanted`), while the
+    experiment fits. The minimum passes are kept even where they alone exceed the budget."""
+    passes = {v: min(n, settings.friction_passes) for v, n in wanted}
+    want = dict(wanted)
+    total = friction_overhead_s(settings, index, half) + sum(
+        n * pass_seconds(settings, index, half, v) for v, n in passes.items())
+    while True:
+        fits = [v for v in passes if passes[v] < want[v]
+                and total + pass_seconds(settings, index, half, v)
+                <= settings.friction_budget_s + 1e-9]
+        if not fits:
+            break
+        v = min(fits, key=lambda x: (passes[x] / want[x], -x))
+        passes[v] += 1
+        total += pass_seconds(settings, index, half, v)
+    return [(v, passes[v]) for v, _ in wanted]
 
 
 def design_for(kind, joint, settings, nominal, current_position):
