@@ -102,7 +102,8 @@ def test_friction_settled_time_adds_passes_where_sweeps_are_short(nominal):
 
 def test_friction_budget_caps_the_experiment_and_spends_it_where_settled_time_is_short(
         nominal):
-    s = replace(load_settings(CONFIG, 'friction'), friction_passes=1, friction_settled_s=2.5)
+    s = replace(load_settings(CONFIG, 'friction'), friction_passes=1, friction_settled_s=2.5,
+                friction_budget_s=0.0)
     joint = 'shoulder_yaw'
     free = design_for('friction', joint, s, nominal, s.hold_position)
     i = free.index
