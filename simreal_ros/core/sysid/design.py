@@ -404,13 +404,13 @@ def loop_time_constant(settings, index, nominal):
     """
     link = float(nominal.mass_diagonal(settings.hold_position)[index])
     kp, kd = float(settings.kp[index]), float(settings.kd[index])
+    if kd <= 0:
+        return math.inf
     inertias = [max(link, 1e-9)]
     if settings.armature_max is not None:
         inertias.append(link + float(settings.armature_max[index]))
     out = 0.0
     for inertia in inertias:
-        if kd <= 0:
-            return math.inf
         disc = kd * kd - 4.0 * inertia * kp
         tau = (2.0 * inertia / kd if disc < 0 else
                2.0 * inertia / (kd - math.sqrt(disc)) if kd > math.sqrt(disc) else math.inf)
@@ -424,8 +424,6 @@ def sweep_settle(settings, index, nominal):
     A light joint settles in a fraction of settle_s: the G1's ankle roll, 0.42 rad of sweep
     at +-0.21 rad, had no settled sample at 1.8 rad/s and 0.07 s a sweep at 1 rad/s with
     settle_s 0.3; with 0.1 s, 0.04 and 0.27 s."""
-    if nominal is None:
-        return settings.settle_s
     return min(settings.settle_s,
                SETTLE_TIME_CONSTANTS * loop_time_constant(settings, index, nominal))
 
@@ -447,9 +445,9 @@ def friction_passes(settings, index, half, joint, settle=None):
     Speeds are capped at 0.9 * velocity_limit. With friction_settled_s, each speed gets the
     passes (at least friction_passes) that give it that settled time per direction: a sweep
     at the top speed is short and its first `settle` s (sweep_settle; default settle_s) are
-    not steady, so without them the top
-    speed, which carries the viscous friction, had 1 % of the lowest speed's samples (the
-    G1's hip pitch: 0.13 s against 12 s). A speed whose sweep never settles is left out.
+    not steady, so without them the top speed, which carries the viscous friction, had 1 %
+    of the lowest speed's samples (the G1's hip pitch: 0.13 s against 12 s). A speed whose
+    sweep never settles is left out.
     With friction_budget_s too, those passes are granted while the experiment fits in it
     (_fit_budget): a short sweep's joint gets the time a long one spends on range.
     """
