@@ -527,6 +527,39 @@ def accel_noise_gain(fs, filter_hz):
     return float(np.trapezoid(power, w) / np.pi)
 
 
+# A joint counts as stuck (held by its dry friction) where its velocity, low-passed at
+# STUCK_FILTER_HZ, stays under STUCK_SPEED rad/s or under 4 x that filtered velocity's noise.
+STUCK_FILTER_HZ = 50.0
+STUCK_SPEED = 0.01
+# Refits with the stuck samples' holding torque taken out (_inertia_regression); 0: none.
+STICTION_PASSES = 2
+
+
+def _stuck(rec, i, fs, excite):
+    """Samples where joint i stands still (its friction is not Fc * sign(qd) there), and the
+    sign of its motion elsewhere (from the velocity low-passed at STUCK_FILTER_HZ)."""
+    v = lowpass(rec.velocity[:, i], fs, STUCK_FILTER_HZ)
+    noise = white_noise_std(rec.velocity[excite, i]) * math.sqrt(
+        min(1.0, STUCK_FILTER_HZ / (fs / 2)))
+    stuck = np.abs(v) < max(STUCK_SPEED, 4.0 * noise)
+    return stuck, np.where(stuck, 0.0, np.sign(v))
+
+
+def _inertia_solve(X, y, var_n, inertia):
+    """OLS with Newey-West covariance, then the errors-in-variables correction of the
+    acceleration column (see _inertia_regression); returns theta, cov, r, cond, lag."""
+    theta, cov, r, cond, lag = ols_hac(X, y)
+    n = len(y)
+    XtX = X.T @ X
+    XtX[0, 0] -= n * var_n
+    Xty = X.T @ y
+    Xty[0] += inertia * n * var_n
+    if var_n > 0 and XtX[0, 0] > 0.5 * n * np.mean(X[:, 0]**2):   # noise well below signal
+        theta = np.linalg.solve(XtX, Xty)
+        r = y - X @ theta
+    return theta, cov, r, cond, lag
+
+
 def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint):
     """Filtered LS of the multi-sine's torque on the joint's acceleration, velocity, dry
     friction, an offset and an effort time offset; returns theta, cov, r, cond, lag, y.
@@ -537,12 +570,21 @@ def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint
     reads the armature low by about M * var(noise) / var(qdd): 5-10 % of a G1 hip's armature
     (0.007 under 0.9 kg*m^2 of leg) at its velocity noise. The noise variance is measured on
     the recording (white_noise_std) and taken out (an errors-in-variables correction).
+
+    Stiction: a joint whose dry friction is large against its inertia torque stands still for
+    a part of the multi-sine (a light G1 ankle with 0.8 N*m of Coulomb friction: 27 % of
+    it), and there its friction is whatever holds it, not Fc * sign(qd). The filter smears
+    that torque over the moving samples around (the samples near zero speed are left out,
+    but the smear is longer), and it read such an ankle's armature 10-13 % low on a
+    noise-free recording. So, STICTION_PASSES times: on the stuck samples (_stuck) the
+    torque is replaced by the one the current fit gives a moving joint there (the friction
+    that held it taken out, before the filter), the dry-friction column is zero there, and
+    the fit is made again. The armature's noise-free error over the wide draw (15 seeds, 12
+    legs): p95 4.3 -> 3.0 %.
     """
     qf = lowpass(rec.position, fs, filter_hz)
     qdf = lowpass(rec.velocity, fs, filter_hz)
     qddf = np.gradient(qdf, rec.t, axis=0)
-    tauf = lowpass(rec.effort[:, i], fs, filter_hz)
-    sf = lowpass(np.sign(qdf[:, i]), fs, filter_hz)
     slow = _dilate(np.abs(qdf[:, i]) < min_speed, int(round(0.01 * fs)))
     edge = int(round(2.0 * fs / filter_hz))
     use = excite & ~slow
@@ -551,24 +593,31 @@ def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint
     if np.count_nonzero(use) < 100:
         raise IdentificationError('not enough excitation', f'{joint}: only '
                                   f'{np.count_nonzero(use)} moving samples')
-    rigid = nominal.inverse_dynamics(qf[use], qdf[use], qddf[use])[:, i]
-    y = tauf[use] - rigid
-    # Last column: a small time offset between the effort and the motion samples (an effort
-    # reading is the torque of the last control step; a joint state is the end of it): the
-    # measured torque is tau(t - dt_e) ~ tau(t) - dt_e * dtau/dt.
-    X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y)),
-                         -np.gradient(tauf, rec.t)[use]])
-    theta, cov, r, cond, lag = ols_hac(X, y)
     var_n = white_noise_std(rec.velocity[excite, i])**2 * accel_noise_gain(fs, filter_hz)
     inertia = float(nominal.mass_diagonal(np.median(qf[use], axis=0))[i])
-    n = len(y)
-    XtX = X.T @ X
-    XtX[0, 0] -= n * var_n
-    Xty = X.T @ y
-    Xty[0] += inertia * n * var_n
-    if var_n > 0 and XtX[0, 0] > 0.5 * n * np.mean(X[:, 0]**2):   # noise well below signal
-        theta = np.linalg.solve(XtX, Xty)
-        r = y - X @ theta
+    stuck, moving_sign = _stuck(rec, i, fs, excite)
+    stiction_passes = STICTION_PASSES if stuck[excite].any() else 0
+    rigid_all = (nominal.inverse_dynamics(qf, qdf, qddf)[:, i] if stiction_passes
+                 else None)
+    rigid = (rigid_all[use] if rigid_all is not None else
+             nominal.inverse_dynamics(qf[use], qdf[use], qddf[use])[:, i])
+
+    def fit(effort, sign):
+        tauf = lowpass(effort, fs, filter_hz)
+        sf = lowpass(sign, fs, filter_hz)
+        y = tauf[use] - rigid
+        # Last column: a small time offset between the effort and the motion samples (an
+        # effort reading is the torque of the last control step; a joint state is the end of
+        # it): the measured torque is tau(t - dt_e) ~ tau(t) - dt_e * dtau/dt.
+        X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y)),
+                             -np.gradient(tauf, rec.t)[use]])
+        return _inertia_solve(X, y, var_n, inertia) + (y,)
+
+    effort = rec.effort[:, i]
+    theta, cov, r, cond, lag, y = fit(effort, np.sign(qdf[:, i]))
+    for _ in range(stiction_passes):
+        moving = rigid_all + theta[0] * qddf[:, i] + theta[1] * qdf[:, i] + theta[3]
+        theta, cov, r, cond, lag, y = fit(np.where(stuck, moving, effort), moving_sign)
     return theta, cov, r, cond, lag, y
 
 

@@ -65,7 +65,10 @@ def friction_curve(rec, experiment, nominal, fit):
 
 
 def inertia_curve(rec, experiment, nominal, fit):
-    """Measured (filtered) torque against the fitted model's torque, thinned to POINTS."""
+    """Measured (filtered) torque against the fitted model's torque, thinned to POINTS.
+
+    The measured torque is the fit's own: where the joint stood still its holding torque
+    was taken out before the filter (estimators._inertia_regression)."""
     i = experiment.index
     seg, _, _ = est.sample_labels(rec, experiment)
     fs = 1.0 / float(np.median(np.diff(rec.t)))
