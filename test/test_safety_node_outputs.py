@@ -103,7 +103,9 @@ def test_array_output_in_configured_order_and_hold_safe_mode(ros, tmp_path):
         held = held[skip:]
         first = dict(zip(held[0][1].name, held[0][1].position))
         assert set(first) == set(NAMES)
-        assert all(dict(zip(m.name, m.position)) == first for _, m in held), 'hold moved'
+        assert all(dict(zip(m.name, m.position)) == first for _, m in held), (
+            'hold moved', [(round(t - answered, 4), dict(zip(m.name, m.position)))
+                           for t, m in held[:40]], by_name)
         assert first == pytest.approx(by_name, abs=0.03)   # where the arm was at the trip
         arrays = probe.arrays_since(answered)
         skip = 0
