@@ -217,6 +217,7 @@ def main(argv=None):
     share = {p: [] for p in PARAMS}  # (signal_share, said why) of each result
     lat_err, lat_base_err = [], []
     failures, robot_time, limit_max, details = [], [], {}, []
+    per_seed, extended = {}, 0     # robot time of each seed's run; joints given an extension
     touched = []     # (seed, joint, seconds, pairs): the robot touched itself in a run
     wall = time.monotonic()
     for s in range(args.seeds):
@@ -237,6 +238,8 @@ def main(argv=None):
                                 'pairs': sorted(map(list, plant.self_contact_pairs))})
                 plant.self_contact_pairs.clear()
             robot_time.append(sum(res.robot_time.values()))
+            per_seed[seed] = per_seed.get(seed, 0.0) + robot_time[-1]
+            extended += bool(res.extended)
             for kind, use in res.limits.items():
                 for key, value in use.items():
                     if key == 'position_inside':
@@ -343,6 +346,10 @@ def main(argv=None):
     coverage = min(v['coverage_95'] for v in summary['parameters'].values())
     summary['coverage_min'] = coverage
     summary['robot_time_per_joint_s'] = round(max(robot_time), 2)
+    # All the joints of one seed's robot (issue 33: the G1's 12 legs in 10 min), and how many
+    # joints ran an inertia extension (armature_goal) to get there.
+    summary['robot_time_per_run_s'] = round(max(per_seed.values()), 1)
+    summary['inertia_extensions'] = {'joints': extended, 'of': len(robot_time)}
     # The robot touching itself (a hanging leg's knee on the other's) is a run no owner
     # wants on the real machine, whatever its estimates.
     summary['self_contact'] = {'runs': len(touched),
@@ -381,6 +388,8 @@ def _detail(seed, joint, true, latency, res):
             row['friction_std_hac'] = fit.notes.get('std_hac')
             row['friction_std_speeds'] = fit.notes.get('std_speeds')
         if kind == 'inertia':
+            if 'inertia' in res.extended:
+                row['extension'] = res.extended['inertia']
             row['armature_std_noise'] = fit.notes['armature_std_noise']
             row['armature_std_filter'] = fit.notes['armature_std_filter']
     return row

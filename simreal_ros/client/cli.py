@@ -267,12 +267,23 @@ def cmd_sysid_plan(args, _ros=None):
                 print(f'{"":<37} amplitude set by the {e["bound"]} limit '
                       f'({e["gain_over_still"]:.1f} x a still joint\'s); PD torque up to '
                       f'{e["predicted_torque"]:.2f} N*m ({e["torque_model"]})')
+            if r.get('extension'):
+                x = r['extension']
+                print(f'{"":<37} + {x["duration_s"]:.1f} s more multi-sine if its armature '
+                      f'interval is wider than +-{100 * x["armature_goal"]:g} %')
+        extra = result.get('extensions_s') or 0.0
         for joint, seconds in result['per_joint_s'].items():
-            print(f'{joint}: {seconds:.1f} s of robot time')
+            most = result['per_joint_max_s'][joint]
+            print(f'{joint}: {seconds:.1f} s of robot time'
+                  + (f' (up to {most:.1f} s with its extension)' if most > seconds else ''))
         minutes = result['total_s'] / 60.0
         print(f'total robot time: {result["total_s"]:.0f} s ({minutes:.1f} min) for '
-              f'{len({r["joint"] for r in result["experiments"]})} joints; speed: peak/limit '
-              '(rad/s), torque: nominal rigid-link peak/limit (friction comes on top)')
+              f'{len({r["joint"] for r in result["experiments"]})} joints'
+              + (f', up to {result["total_s"] + extra:.0f} s '
+                 f'({(result["total_s"] + extra) / 60.0:.1f} min) if every armature needs '
+                 'its extension' if extra else '')
+              + '; speed: peak/limit (rad/s), torque: nominal rigid-link peak/limit (friction '
+              'comes on top)')
     if bad:
         print(f'simreal sysid plan: {len(bad)} experiment(s) would command outside the SysID '
               'limits: do not run them; fix the robot file (hold_position, sweep_half_range, '

@@ -366,7 +366,35 @@ def robot_time_html(params, failures, runs):
     total = sum(sum(v.values()) for v in spent.values())
     return ('<h2>Robot time</h2><table id="robot-time"><tr><th>experiment</th><th>joints</th>'
             f'<th>robot time</th></tr>{rows}<tr><td><b>total</b></td><td></td>'
-            f'<td class="num"><b>{total:.1f} s ({total / 60:.1f} min)</b></td></tr></table>')
+            f'<td class="num"><b>{total:.1f} s ({total / 60:.1f} min)</b></td></tr></table>'
+            + _extensions_html(params))
+
+
+def _extensions_html(params):
+    """The joints whose armature interval was wider than armature_goal after the first
+    multi-sine, what the extension cost and what it gave (included in the times above)."""
+    items = []
+    for joint, by_param in params.items():
+        r = by_param.get('armature') or {}
+        ext = r.get('extension')
+        if not ext:
+            continue
+        try:
+            lo, hi = ext['armature_interval_before']
+            before = 50.0 * (hi - lo) / abs(0.5 * (hi + lo))
+            lo, hi = r['interval']
+            after = 50.0 * (hi - lo) / abs(r['value'])
+            gave = f'armature +-{before:.1f} % -> +-{after:.1f} %'
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            gave = 'armature interval not readable'
+        note = f'; {ext["error"]}' if ext.get('error') else ''
+        items.append(f'<li>{html.escape(joint)}: +{float(ext.get("robot_time_s", 0.0)):.1f} s '
+                     f'of multi-sine, {gave}{html.escape(note)}</li>')
+    if not items:
+        return ''
+    return ('<p>Inertia extensions (the armature read less precisely than armature_goal '
+            'after the first multi-sine; in the times above):</p><ul id="extensions">'
+            + ''.join(items) + '</ul>')
 
 
 def _kind_of(r):

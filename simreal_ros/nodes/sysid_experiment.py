@@ -78,7 +78,14 @@ KIND_SCALARS = {
                                        'take (s): friction_settled_s\'s passes are added, '
                                        'the speeds furthest from it first, while it fits; 0: '
                                        'no cap', 0.0, 600.0)},
-    'inertia': {'inertia_duration_s': (10.0, 'multi-sine duration per joint (s)', 1.0, 120.0)},
+    'inertia': {'inertia_duration_s': (10.0, 'multi-sine duration per joint (s)', 1.0, 120.0),
+                'armature_goal': (0.0, 'armature interval wanted (95 % half-width over the '
+                                  'value): a joint whose interval is wider gets '
+                                  'inertia_extend_s more multi-sine, fit with the first; 0: '
+                                  'off', 0.0, 1.0),
+                'inertia_extend_s': (0.0, 'multi-sine added (s) to a joint whose armature '
+                                     'interval is wider than armature_goal; 0: off', 0.0,
+                                     120.0)},
     'latency': {'latency_duration_s': (4.0, 'multi-sine duration per joint (s)', 1.0, 60.0),
                 'max_latency_s': (0.06, 'largest delay searched (s)', 0.005, 0.5)},
 }
@@ -544,7 +551,9 @@ class SysidNode(Node):
                 self._last_progress = now
                 info = session.progress(now)
                 self._publish_progress(info)
-            if session.commanding_done and not any(w.is_alive() for w in self.workers):
+            # The workers first: one may queue an inertia extension before it ends, and the
+            # run is over only when none did.
+            if not any(w.is_alive() for w in self.workers) and session.commanding_done:
                 self._finish(session)
 
     def _estimate(self, work):

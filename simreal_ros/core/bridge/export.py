@@ -35,7 +35,10 @@ DR_NOTE = """How to use these ranges (uniform, absolute values, centred on the i
   params field='dof_damping' / 'dof_frictionloss' / 'dof_armature', ranges=(low, high),
   operation='abs' and SceneEntityCfg('robot', joint_names=[joint]) (newer mjlab: the typed
   dr.joint_damping / joint friction / joint armature functions with the same ranges).
-  The values are MuJoCo's own, so they carry over unchanged.
+  The values are the robot's own (continuous time). Where your MuJoCo integrator takes
+  damping implicitly (Euler, implicit, implicitfast), a joint moves as if its armature were
+  damping * timestep / 2 heavier: subtract that from the armature range at your time step
+  (the exported MJCF has it subtracted at the time step it was checked at).
 - Isaac Lab: EventTerm(func=mdp.randomize_joint_parameters, mode='startup') with
   armature_distribution_params=(low, high), operation='abs', per joint (asset_cfg joint_names).
   PhysX joint friction is not MuJoCo's frictionloss in N*m: convert, or model the Coulomb and
@@ -65,10 +68,14 @@ def _absolute_asset_dirs(spec, model_path):
 
 def export(out_dir, model_path, params, robot='robot', gap=None, notes=None,
            floor_fraction=DR_FLOOR_FRACTION, interval_scale=DR_INTERVAL_SCALE, kp=None,
-           kd=None):
-    """Write the three export files into out_dir; return their paths (dict)."""
+           kd=None, physics_dt=None):
+    """Write the three export files into out_dir; return their paths (dict). physics_dt:
+    the time step the MJCF gets (the one its replay was checked at; its armature is written
+    for it, apply_to_spec), else the model's own."""
     os.makedirs(out_dir, exist_ok=True)
     spec = load_spec(model_path)
+    if physics_dt is not None:
+        spec.option.timestep = float(physics_dt)
     apply_to_spec(spec, params)
     _absolute_asset_dirs(spec, model_path)
     spec.compile()

@@ -161,15 +161,33 @@ def load_spec(model_path):
         raise ConfigError(f'cannot load MuJoCo model {model_path}: {exc}') from exc
 
 
+def spec_damping_lag(spec):
+    """plant.implicit_damping_lag of the model `spec` compiles to (its integrator, flags and
+    time step as they are now)."""
+    opt = spec.option
+    integ = int(opt.integrator)
+    implicit = (integ in (int(mujoco.mjtIntegrator.mjINT_IMPLICIT),
+                          int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST))
+                or (integ == int(mujoco.mjtIntegrator.mjINT_EULER)
+                    and not int(opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)))
+    return 0.5 * float(opt.timestep) if implicit else 0.0
+
+
 def apply_to_spec(spec, params):
-    """Write `params` into an MjSpec: joint damping/frictionloss/armature, latency numeric."""
+    """Write `params` into an MjSpec: joint damping/frictionloss/armature, latency numeric.
+
+    `params` are the robot's own (continuous-time) values, as SysID identifies them. The
+    armature written is less damping * timestep / 2 where the spec's integrator takes damping
+    implicitly (plant.discrete_armature), so the model moves as the robot does at the
+    spec's time step: set the time step first."""
+    lag = spec_damping_lag(spec)
     for i, name in enumerate(params.names):
         joint = spec.joint(name)
         if joint is None:
             raise ConfigError(f'joint {name!r} is not in the model')
         joint.damping = [float(params.damping[i])] + [0.0] * (len(joint.damping) - 1)
         joint.frictionloss = float(params.frictionloss[i])
-        joint.armature = float(params.armature[i])
+        joint.armature = max(float(params.armature[i]) - float(params.damping[i]) * lag, 0.0)
         joint.solref_friction = list(STICTION_SOLREF)
         joint.solimp_friction = list(STICTION_SOLIMP)
     numeric = spec.numeric(LATENCY_NUMERIC)
@@ -187,10 +205,10 @@ def build_model(model_path, params=None, physics_dt=None, fixed_base_lift=None):
     if fixed_base_lift is not None:
         from simreal_ros.core.plant import fix_base
         fix_base(spec, fixed_base_lift, model_path)
-    if params is not None:
-        apply_to_spec(spec, params)
     if physics_dt is not None:
         spec.option.timestep = float(physics_dt)
+    if params is not None:
+        apply_to_spec(spec, params)
     try:
         return spec.compile(), spec
     except Exception as exc:  # noqa: BLE001
@@ -199,10 +217,13 @@ def build_model(model_path, params=None, physics_dt=None, fixed_base_lift=None):
 
 
 def params_in_model(model, names):
-    """Read the parameters a compiled model carries (the inverse of apply_to_spec)."""
+    """Read the parameters a compiled model carries (the inverse of apply_to_spec: the
+    armature a continuous-time joint moving as the model's does would have)."""
+    from simreal_ros.core.plant import implicit_damping_lag
     _, dof = joint_dofs(model, names)
-    out = JointParams(list(names), model.dof_damping[dof].copy(),
-                      model.dof_frictionloss[dof].copy(), model.dof_armature[dof].copy())
+    damping = model.dof_damping[dof].copy()
+    out = JointParams(list(names), damping, model.dof_frictionloss[dof].copy(),
+                      model.dof_armature[dof] + damping * implicit_damping_lag(model))
     nid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_NUMERIC, LATENCY_NUMERIC)
     if nid >= 0:
         out.latency_s = float(model.numeric_data[model.numeric_adr[nid]])

@@ -83,7 +83,8 @@ class BridgeSession:
         gap = report.to_dict() if report is not None else None
         if gap:
             gap = {k: v for k, v in gap.items() if k not in ('nominal', 'identified')}
-        paths = export_mod.export(out_dir, self.model_path, params, self.robot, gap)
+        paths = export_mod.export(out_dir, self.model_path, params, self.robot, gap,
+                                  physics_dt=self.replayer.dt)
         if report is not None and rec is not None:
             from simreal_ros.core.bridge.report import write_report
             paths['report'] = write_report(out_dir, rec, report.sims, params, self.nominal,

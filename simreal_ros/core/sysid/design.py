@@ -10,7 +10,7 @@ pose (links are known; only actuator parameters are not).
 - inertia: a band-limited multi-sine target (Schroeder phases) with bounded amplitude;
 - latency: a wider-band multi-sine with a higher top frequency (timing resolution).
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import math
 from pathlib import Path
 
@@ -54,6 +54,11 @@ class SysidSettings:
     # inertia
     inertia_duration_s: float = 10.0
     inertia_band_hz: tuple = (0.4, 4.0)
+    # A joint whose armature interval comes out wider than armature_goal (the 95 % interval's
+    # half-width over the value; 0: off) runs inertia_extend_s more of multi-sine (another
+    # phase draw, the same limits; 0: off), and the armature is fit on both runs together.
+    armature_goal: float = 0.0
+    inertia_extend_s: float = 0.0
     # latency
     latency_duration_s: float = 4.0
     latency_band_hz: tuple = (1.0, 12.0)
@@ -97,7 +102,8 @@ class SysidSettings:
             out.position_upper = per_joint('position_upper', [np.inf] * n)
         for key in ('range_margin', 'command_rate_hz', 'approach_speed_fraction', 'settle_s',
                     'sweep_half_range', 'inertia_duration_s', 'latency_duration_s',
-                    'max_latency_s', 'friction_settled_s', 'friction_budget_s'):
+                    'max_latency_s', 'friction_settled_s', 'friction_budget_s',
+                    'armature_goal', 'inertia_extend_s'):
             if key in params:
                 setattr(out, key, float(params[key]))
         for key in ('gravity_feedforward',):
@@ -125,6 +131,13 @@ class SysidSettings:
             raise ConfigError(f'{source}.friction_settled_s must be >= 0 (0: off)')
         if not self.friction_budget_s >= 0:
             raise ConfigError(f'{source}.friction_budget_s must be >= 0 (0: no cap)')
+        for key in ('armature_goal', 'inertia_extend_s'):
+            if not getattr(self, key) >= 0:
+                raise ConfigError(f'{source}.{key} must be >= 0 (0: off)')
+        if 0 < self.inertia_extend_s < 2.0 / self.inertia_band_hz[0]:
+            raise ConfigError(f'{source}.inertia_extend_s must be 0 (off) or at least two '
+                              f'periods of inertia_band_hz\'s lowest frequency '
+                              f'({2.0 / self.inertia_band_hz[0]:g} s)')
         if self.armature_max is not None and np.any(self.armature_max < 0):
             raise ConfigError(f'{source}.armature_max must be >= 0 for every joint (kg*m^2)')
         if len(self.friction_speeds) < 2 or min(self.friction_speeds) <= 0:
@@ -156,6 +169,9 @@ class Experiment:
     # multi-sines: what set the amplitude ('bound': range, velocity, acceleration or torque),
     # its scale and the peak torque the design predicts (N*m); see _multisine
     excitation: dict = field(default_factory=dict)
+    # an inertia run added to one whose armature interval was wider than armature_goal (or
+    # the two joined: runner.join_runs)
+    extension: bool = False
 
     @property
     def duration(self):
@@ -561,6 +577,27 @@ def design_for(kind, joint, settings, nominal, current_position):
     return b.build(kind, nominal, names)
 
 
+def design_extension(joint, settings, nominal, current_position):
+    """The inertia multi-sine added to a joint whose armature interval came out wider than
+    `armature_goal`: `inertia_extend_s` long, another draw of the phases (seed + 1), the same
+    limits and scaling rules as the first."""
+    longer = replace(settings, inertia_duration_s=settings.inertia_extend_s,
+                     seed=settings.seed + 1)
+    exp = design_for('inertia', joint, longer, nominal, current_position)
+    exp.extension = True
+    exp.phases = [(t, f'{name} (extension)') for t, name in exp.phases]
+    return exp
+
+
+def extension_cost(settings, nominal, joints=None):
+    """Robot time (s) of the extension each joint may get (an empty dict when off)."""
+    if settings.armature_goal <= 0 or settings.inertia_extend_s <= 0:
+        return {}
+    hold = settings.hold_position.astype(float)
+    return {j: design_extension(j, settings, nominal, hold).duration
+            for j in (joints or settings.joint_names)}
+
+
 def check_limits(experiment, settings, nominal):
     """Return a list of violations (empty when every command is inside the SysID limits)."""
     problems = []
@@ -678,12 +715,28 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
                                if exp.excitation else None),
                 'violations': check_limits(exp, settings, nominal) + _soft_limits(exp,
                                                                                   settings)})
-    per_joint = {}
+            if kind == 'inertia' and extension_cost(settings, nominal, [joint]):
+                # The extension a joint may get (armature_goal): its time, and its own check.
+                ext = design_extension(joint, settings, nominal, start)
+                rows[-1]['extension'] = {
+                    'duration_s': round(ext.duration, 2),
+                    'armature_goal': settings.armature_goal,
+                    'violations': check_limits(ext, settings, nominal) + _soft_limits(
+                        ext, settings)}
+                rows[-1]['violations'] += [f'extension: {v}' for v in
+                                           rows[-1]['extension']['violations']]
+    per_joint, extra = {}, {}
     for r in rows:
         per_joint[r['joint']] = round(per_joint.get(r['joint'], 0.0) + r['duration_s'], 2)
+        if r.get('extension'):
+            extra[r['joint']] = r['extension']['duration_s']
     return {'robot_file': str(config_path), 'experiments': rows,
             'total_s': round(sum(r['duration_s'] for r in rows), 1),
-            'per_joint_s': per_joint}
+            'per_joint_s': per_joint,
+            # at most, with every joint's inertia extension run (armature_goal)
+            'extensions_s': round(sum(extra.values()), 1),
+            'per_joint_max_s': {j: round(v + extra.get(j, 0.0), 2)
+                                for j, v in per_joint.items()}}
 
 
 def _soft_limits(exp, settings):

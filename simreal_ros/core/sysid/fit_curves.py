@@ -74,7 +74,8 @@ def inertia_curve(rec, experiment, nominal, fit):
     fs = 1.0 / float(np.median(np.diff(rec.t)))
     filter_hz = float((fit.notes or {}).get('filter_hz', 25.0))
     _, _, r, _, _, y = est._inertia_regression(rec, nominal, i, seg >= 0, fs, filter_hz, 0.05,
-                                               experiment.joint)
+                                               experiment.joint,
+                                               (fit.notes or {}).get('effort_lag_s'))
     k = _thin(len(y))
     return {'kind': 'inertia', 'measured': _round(y[k]), 'model': _round((y - r)[k]),
             'armature': float(fit.value('armature')), 'r_squared': float(fit.r_squared)}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simreal_ros.core.sysid import baselines
-from simreal_ros.core.sysid.design import design_for, limit_usage
+from simreal_ros.core.sysid.design import Experiment, design_extension, design_for, limit_usage
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
                                                combined_friction_fit, estimate_friction,
                                                estimate_inertia, estimate_latency)
@@ -54,6 +54,50 @@ def record(plant, experiment, sample_rate_hz=500.0):
                      experiment.effort)
 
 
+def wants_extension(fit, settings):
+    """True when `fit` (an inertia Fit) reads the armature less precisely than
+    settings.armature_goal (its 95 % interval's half-width over the value) and
+    settings.inertia_extend_s allows more multi-sine."""
+    if settings.armature_goal <= 0 or settings.inertia_extend_s <= 0:
+        return False
+    a = fit.estimates['armature']
+    lo, hi = a.interval
+    return 0.5 * (hi - lo) > settings.armature_goal * max(abs(a.value), 1e-12)
+
+
+def join_runs(first, second):
+    """One (Experiment, Recording) of two runs of the same joint, (experiment, recording)
+    each: the second's times follow the first's end by one sample period, its excitation
+    segments numbered after the first's. Both runs start and end at rest at hold_position,
+    so the filters of the fit see one recording with a pause in it."""
+    (e1, r1), (e2, r2) = first, second
+    step = float(np.median(np.diff(r1.t)))
+    # (a run's samples may start before its first command: the node's clock is the command's)
+    end1 = max(float(r1.t[-1]), float(e1.t[-1]), float(r1.cmd_t[-1]))
+    start2 = min(float(r2.t[0]), float(e2.t[0]), float(r2.cmd_t[0]))
+    shift = end1 + step - start2
+    seg2 = np.where(e2.segment >= 0, e2.segment + int(max(e1.segment.max(), -1)) + 1, -1)
+    exp = Experiment(e1.kind, e1.joint, e1.index, list(e1.names),
+                     np.concatenate([e1.t, e2.t + shift]),
+                     np.vstack([e1.position, e2.position]),
+                     np.vstack([e1.velocity, e2.velocity]),
+                     np.vstack([e1.effort, e2.effort]),
+                     np.concatenate([e1.segment, seg2]),
+                     np.concatenate([e1.steady, e2.steady]),
+                     np.concatenate([e1.target_speed, e2.target_speed]),
+                     list(e1.phases) + [(t + shift, name) for t, name in e2.phases],
+                     e1.excitation_start, dict(e1.excitation), extension=True)
+    rec = Recording(list(r1.names), np.concatenate([r1.t, r2.t + shift]),
+                    np.vstack([r1.position, r2.position]),
+                    np.vstack([r1.velocity, r2.velocity]),
+                    np.vstack([r1.effort, r2.effort]),
+                    np.concatenate([r1.cmd_t, r2.cmd_t + shift]),
+                    np.vstack([r1.cmd_position, r2.cmd_position]),
+                    np.vstack([r1.cmd_velocity, r2.cmd_velocity]),
+                    np.vstack([r1.cmd_effort, r2.cmd_effort]))
+    return exp, rec
+
+
 @dataclass
 class JointResult:
     joint: str
@@ -63,6 +107,7 @@ class JointResult:
     robot_time: dict = field(default_factory=dict)  # kind -> seconds
     recordings: dict = field(default_factory=dict)  # kind -> (experiment, Recording)
     limits: dict = field(default_factory=dict)      # kind -> design.limit_usage()
+    extended: dict = field(default_factory=dict)    # kind -> the extension's robot time, ...
 
 
 def joint_params_from(result, index, n, prior=None):
@@ -116,7 +161,27 @@ def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia'
                                                    effort_lag_s=plant.dt)
                 out.baselines[kind] = baselines.baseline_friction(rec, exp)
             elif kind == 'inertia':
-                out.fits[kind] = estimate_inertia(rec, exp, nominal, lim)
+                out.fits[kind] = estimate_inertia(rec, exp, nominal, lim,
+                                                 effort_lag_s=plant.dt)
+                if wants_extension(out.fits[kind], settings):
+                    # As inertia_id does: more multi-sine, both runs fit together.
+                    ext = design_extension(joint, settings, nominal,
+                                           plant.measure(with_noise=False).position)
+                    rec2 = record(plant, ext, sample_rate_hz)
+                    out.extended[kind] = {
+                        'robot_time_s': float(rec2.t[-1] - rec2.t[0]),
+                        'armature_interval_before': list(
+                            out.fits[kind].estimates['armature'].interval)}
+                    out.robot_time[kind] += out.extended[kind]['robot_time_s']
+                    use2 = limit_usage(settings, rec2)
+                    out.limits[kind] = {k: (v and use2[k] if k == 'position_inside'
+                                            else max(v, use2[k]))
+                                        for k, v in out.limits[kind].items()}
+                    exp, rec = join_runs((exp, rec), (ext, rec2))
+                    if keep_recordings:
+                        out.recordings[kind] = (exp, rec)
+                    out.fits[kind] = estimate_inertia(rec, exp, nominal, lim,
+                                                 effort_lag_s=plant.dt)
                 out.baselines[kind] = baselines.baseline_inertia(rec, exp, nominal)
                 if 'friction' in out.fits:   # the multi-sine's friction terms join the sweeps'
                     out.fits['friction'] = combined_friction_fit(out.fits['friction'],
@@ -125,7 +190,8 @@ def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia'
                 params = joint_params_from(out, i, len(settings.joint_names))
                 if 'inertia' not in out.fits:   # identify the joint from this recording
                     own = JointResult(joint, fits=dict(out.fits))
-                    own.fits['inertia'] = estimate_inertia(rec, exp, nominal, lim)
+                    own.fits['inertia'] = estimate_inertia(rec, exp, nominal, lim,
+                                                           effort_lag_s=plant.dt)
                     params = joint_params_from(own, i, len(settings.joint_names))
                 out.fits[kind] = estimate_latency(rec, exp, nominal, params, settings.kp,
                                                   settings.kd, plant.dt,

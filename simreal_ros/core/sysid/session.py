@@ -28,7 +28,7 @@ import numpy as np
 
 from simreal_ros.core.plant import load_model
 from simreal_ros.core.sysid import baselines
-from simreal_ros.core.sysid.design import Experiment, _Builder, design_for
+from simreal_ros.core.sysid.design import Experiment, _Builder, design_extension, design_for
 from simreal_ros.core.sysid.estimators import (FRICTION_KEYS, IdentificationError, Recording,
                                                combine_friction, combined_method,
                                                estimate_friction, estimate_inertia,
@@ -38,7 +38,8 @@ from simreal_ros.core.sysid.model import NominalModel
 from simreal_ros.core.sysid.records import (latest_documents, latest_parameters,
                                             precision_note, result_documents, run_basename,
                                             write_mcap)
-from simreal_ros.core.sysid.runner import JointResult, joint_params_from
+from simreal_ros.core.sysid.runner import (JointResult, join_runs, joint_params_from,
+                                           wants_extension)
 
 
 class SysidSession:
@@ -83,6 +84,7 @@ class SysidSession:
         self._planner = NominalModel(path, nominal.names) if path else nominal
         self.model_values = mjcf_values(path, nominal.names) if path else {}
         self._lock = threading.Lock()
+        self._first = {}     # joint -> (experiment, recording, t0, fit) awaiting its extension
 
     def _reset_log(self):
         self.cmd_log = []     # (t, row)
@@ -98,12 +100,14 @@ class SysidSession:
 
     def command(self, now):
         """Return (names, position, velocity, effort) to send at time `now` and log it."""
-        if self.t0 is None:
-            self.t0 = now
         exp = self.experiment
         if self.commanding_done:
-            k = len(exp.t) - 1     # hold the last target while estimates finish
+            # Hold the last target while estimates finish (one may add an extension: it
+            # starts from its first row when it comes).
+            k = len(exp.t) - 1
         else:
+            if self.t0 is None:
+                self.t0 = now
             k = int(row_at(exp.t, np.array([now - self.t0]))[0])
             with self._lock:
                 pending, self._pending = self._pending, None
@@ -262,6 +266,15 @@ class SysidSession:
                          + '; '.join(sorted({r['cause'] for r in repeats})) + ')')
 
     def _cut_short_failure(self, exp, elapsed, planned, budget):
+        if exp.extension and exp.joint in self._first:
+            # The first run stands, and says what became of its extension.
+            self._identify(exp, None, self._first[exp.joint][2])
+            for d in self.results:
+                if d['joint'] == exp.joint and 'extension' in d:
+                    d['extension']['robot_time_s'] = round(float(elapsed), 2)
+                    d['extension']['error'] = (f'cut short after {elapsed:.1f} s (planned '
+                                               f'{planned:.1f} s, budget {budget:.1f} s)')
+            return
         repeats, summary = self._disturbance_summary(exp.joint)
         with self._lock:
             self.failures.append({
@@ -272,6 +285,21 @@ class SysidSession:
                            f'{self.max_duration_factor:g}) and brought back to its end pose, '
                            'nothing estimated' + summary),
                 'repeats': repeats})
+
+    def _extend(self, exp, rec, t0, fit):
+        """Queue an inertia extension of `exp`'s joint (its armature interval is wider than
+        armature_goal): the run goes on with it once the joints before it are done, and its
+        recording is fit together with this one (`_identify`). Called in a worker thread."""
+        # Designed outside the lock, which the command loop takes every command.
+        start = self.experiments[-1].position[-1]   # where every experiment ends
+        ext = design_extension(exp.joint, self.settings, self.nominal, start)
+        with self._lock:
+            self._first[exp.joint] = (exp, rec, t0, fit)
+            self.experiments.append(ext)
+            self.planned.append(ext.duration)
+            self.budget.append(self.max_duration_factor
+                               * (ext.duration + self.max_repeats * _longest_segment(ext)))
+            self.total = sum(e.duration for e in self.experiments)
 
     def _identify_safely(self, exp, log, t0):
         try:
@@ -295,6 +323,19 @@ class SysidSession:
 
     def _identify(self, exp, rec, t0=0.0):
         joint = exp.joint
+        extension = None
+        if exp.extension and joint in self._first:
+            # The extension's run joins the first (or, without samples, the first stands).
+            e1, r1, t0, fit1 = self._first.pop(joint)
+            lo, hi = fit1.estimates['armature'].interval
+            extension = {'armature_interval_before': [float(lo), float(hi)],
+                         'robot_time_s': round(float(rec.t[-1] - rec.t[0]), 2)
+                         if rec is not None else 0.0}
+            if rec is None:
+                extension['error'] = 'no joint_states were recorded in the extension'
+                exp, rec = e1, r1
+            else:
+                exp, rec = join_runs((e1, r1), (exp, rec))
         if rec is None:
             with self._lock:
                 self.failures.append({'joint': joint, 'reason': 'bad data',
@@ -309,7 +350,12 @@ class SysidSession:
                                         effort_lag_s=self.physics_dt)
                 base = baselines.baseline_friction(rec, exp)
             elif self.kind == 'inertia':
-                fit = estimate_inertia(rec, exp, self.nominal, lim)
+                fit = estimate_inertia(rec, exp, self.nominal, lim,
+                                       effort_lag_s=self.physics_dt)
+                if extension is None and not exp.extension and wants_extension(
+                        fit, self.settings):
+                    self._extend(exp, rec, t0, fit)
+                    return
                 base = baselines.baseline_inertia(rec, exp, self.nominal)
             else:
                 params = self._joint_params(exp, rec)
@@ -341,6 +387,8 @@ class SysidSession:
             docs += self._combined_friction(joint, fit, data_file)
         repeats = [r for r in self.repeats if r['joint'] == joint]
         for d in docs:
+            if extension is not None:
+                d['extension'] = extension
             if d['parameter'] in base:
                 d['seed_baseline'] = float(base[d['parameter']])
             if repeats:
@@ -415,7 +463,8 @@ class SysidSession:
             return params
         own = JointResult(exp.joint)
         own.fits['inertia'] = estimate_inertia(rec, exp, self.nominal,
-                                               self.settings.torque_limit[i])
+                                               self.settings.torque_limit[i],
+                                               effort_lag_s=self.physics_dt)
         return joint_params_from(own, i, n)
 
 
@@ -490,4 +539,4 @@ def _replanned(exp, k, resume, start, settings, nominal, label):
         np.concatenate([seg, np.full(n_rec, -1), exp.segment[resume:]]),
         np.concatenate([steady, np.zeros(n_rec, bool), exp.steady[resume:]]),
         np.concatenate([speed, z, exp.target_speed[resume:]]),
-        phases, exp.excitation_start)
+        phases, exp.excitation_start, dict(exp.excitation), extension=exp.extension)

@@ -1,0 +1,127 @@
+"""An armature read less precisely than `armature_goal` gets more multi-sine (inertia_extend_s)
+and is fit on both runs together, in inertia_id's session and in the core runner; one read
+precisely enough gets none; the plan says what the extensions may cost."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simreal_ros.core.config import ConfigError, load_node_params
+from simreal_ros.core.sysid import NominalModel, design_for
+from simreal_ros.core.sysid.design import design_extension, plan
+from simreal_ros.core.sysid.runner import identify_joint, join_runs, record
+from simreal_ros.core.sysid.session import SysidSession
+from test_sysid_core import CONFIG, MODEL, NAMES, make_plant, short, truth
+from test_sysid_repeat import drive
+
+
+@pytest.fixture(scope='module')
+def nominal():
+    return NominalModel(MODEL, NAMES)
+
+
+@pytest.fixture(scope='module')
+def sim():
+    return load_node_params(CONFIG, 'sim_robot')
+
+
+def half_width(doc):
+    lo, hi = doc['interval']
+    return 0.5 * (hi - lo)
+
+
+def run_session(tmp_path, nominal, sim, goal):
+    """inertia_id's session on arm3's shoulder pitch, driven as the node and the supervisor
+    would; return (session, the joint's armature document)."""
+    s = short('inertia', armature_goal=goal, inertia_extend_s=5.0)
+    plant = make_plant(sim, truth(sim))
+    session = SysidSession('inertia', s, nominal, 'arm3', ['shoulder_pitch'], np.zeros(3),
+                           str(tmp_path))
+    drive(plant, session)()
+    if not session.commanding_done:       # the estimate queued an extension: run it
+        ext = session.experiment
+        assert ext.extension and ext.joint == 'shoulder_pitch'
+        assert session.t0 is None           # it starts at its own first row
+        names, pos, _, _ = session.command(plant.time)
+        assert np.allclose(pos, ext.position[0])
+        session.t0 = None                   # (drive sends that first command again)
+        drive(plant, session)()
+    assert session.commanding_done and not session.failures, session.failures
+    arm = [d for d in session.results if d['parameter'] == 'armature']
+    assert len(arm) == 1, session.results       # one result per joint, not one per run
+    return session, arm[0]
+
+
+def test_a_wide_armature_gets_its_extension_and_narrows(tmp_path, nominal, sim):
+    session, arm = run_session(tmp_path / 'tight', nominal, sim, goal=0.001)
+    ext = arm['extension']
+    lo, hi = ext['armature_interval_before']
+    before = 0.5 * (hi - lo)
+    # Twice the multi-sine: the interval narrows by about 1/sqrt(2) (noise-limited here).
+    assert half_width(arm) < 0.85 * before, (half_width(arm), before)
+    assert ext['robot_time_s'] == pytest.approx(session.experiments[1].duration, abs=0.05)
+    assert arm['robot_time_s'] > session.experiments[0].duration + ext['robot_time_s'] - 0.1
+    assert len(session.experiments) == 2 and 'error' not in ext
+    tr = truth(sim)
+    assert abs(arm['value'] - tr.armature[1]) <= 1.2 * half_width(arm) + 1e-9
+    # The report says which joint got one, what it cost and what it gave.
+    from simreal_ros.client.sysid_report import write_report
+    page = open(write_report(str(tmp_path / 'report'), 'arm3', [
+        {'robot': 'arm3', 'experiment': 'inertia', 'results': session.results,
+         'failures': []}])).read()
+    listed = page.split('id="extensions"')[1].split('</ul>')[0]
+    assert 'shoulder_pitch' in listed and f'+{ext["robot_time_s"]:.1f} s' in listed, listed
+
+
+def test_an_armature_within_its_goal_gets_no_extension(tmp_path, nominal, sim):
+    session, arm = run_session(tmp_path / 'loose', nominal, sim, goal=0.9)
+    assert 'extension' not in arm and len(session.experiments) == 1
+
+
+def test_the_core_runner_extends_as_the_node_does(nominal, sim):
+    settings = {k: short(k, **({'armature_goal': 0.001, 'inertia_extend_s': 5.0}
+                               if k == 'inertia' else {}))
+                for k in ('inertia',)}
+    plain = {'inertia': short('inertia')}
+    res = identify_joint(make_plant(sim, truth(sim)), settings, nominal, 'shoulder_pitch',
+                         kinds=('inertia',))
+    ref = identify_joint(make_plant(sim, truth(sim)), plain, nominal, 'shoulder_pitch',
+                         kinds=('inertia',))
+    assert res.extended['inertia']['robot_time_s'] > 5.0 and not ref.extended
+    assert res.robot_time['inertia'] == pytest.approx(
+        ref.robot_time['inertia'] + res.extended['inertia']['robot_time_s'], abs=0.05)
+    lo, hi = res.fits['inertia'].estimates['armature'].interval
+    lo0, hi0 = ref.fits['inertia'].estimates['armature'].interval
+    assert hi - lo < 0.85 * (hi0 - lo0)
+
+
+def test_join_runs_keeps_each_runs_samples_and_segments(nominal, sim):
+    s = short('inertia', inertia_extend_s=5.0)
+    plant = make_plant(sim, truth(sim))
+    e1 = design_for('inertia', 'elbow_pitch', s, nominal, s.hold_position)
+    r1 = record(plant, e1)
+    e2 = design_extension('elbow_pitch', s, nominal, e1.position[-1])
+    r2 = record(plant, e2)
+    exp, rec = join_runs((e1, r1), (e2, r2))
+    rec.validate()                                   # times keep increasing across the join
+    # ... also where a run's first samples came before its first command (a node's clock)
+    early = replace(r2, t=r2.t - 0.05)
+    _, joined = join_runs((e1, r1), (e2, early))
+    joined.validate()
+    assert joined.t[len(r1.t)] > r1.t[-1]
+    assert len(rec.t) == len(r1.t) + len(r2.t) and len(exp.t) == len(e1.t) + len(e2.t)
+    assert sorted(set(exp.segment[exp.segment >= 0])) == [0, 1]
+    assert exp.extension and not e1.extension and e2.extension
+    # another phase draw: not the first run's multi-sine again
+    assert not np.allclose(e2.position[:len(e1.t)].T[2][:500], e1.position.T[2][:500])
+
+
+def test_extension_settings_are_checked_and_planned(nominal):
+    with pytest.raises(ConfigError, match='inertia_extend_s'):
+        short('inertia', inertia_extend_s=1.0).validate('inertia_id')
+    with pytest.raises(ConfigError, match='armature_goal'):
+        short('inertia', armature_goal=-0.1).validate('inertia_id')
+    result = plan(CONFIG, kinds=('inertia',))
+    # arm3's file asks for none: the plan's maximum is its plan
+    assert result['extensions_s'] == 0 and result['per_joint_max_s'] == result['per_joint_s']
