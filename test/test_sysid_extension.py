@@ -7,23 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simreal_ros.core.config import ConfigError, load_node_params
-from simreal_ros.core.sysid import NominalModel, design_for
+from simreal_ros.core.config import ConfigError
+from simreal_ros.core.sysid import design_for
 from simreal_ros.core.sysid.design import design_extension, plan
 from simreal_ros.core.sysid.runner import identify_joint, join_runs, record
 from simreal_ros.core.sysid.session import SysidSession
-from test_sysid_core import CONFIG, MODEL, NAMES, make_plant, short, truth
+# the arm3 fixtures `nominal` and `sim` too
+from test_sysid_core import CONFIG, make_plant, nominal, short, sim, truth  # noqa: F401
 from test_sysid_repeat import drive
-
-
-@pytest.fixture(scope='module')
-def nominal():
-    return NominalModel(MODEL, NAMES)
-
-
-@pytest.fixture(scope='module')
-def sim():
-    return load_node_params(CONFIG, 'sim_robot')
 
 
 def half_width(doc):

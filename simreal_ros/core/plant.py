@@ -189,12 +189,18 @@ def implicit_damping_lag(model):
     half a step late, which a real (continuous) joint does not have, and it moves as if its
     armature were damping * timestep / 2 heavier (arm3's elbow with 2 N*m*s/rad at 1 ms: its
     0.01 kg*m^2 armature read +9.9 % by SysID, noise-free)."""
-    integ = int(model.opt.integrator)
+    return damping_lag(model.opt)
+
+
+def damping_lag(opt):
+    """implicit_damping_lag of a model's or an MjSpec's `option` (integrator, disableflags,
+    timestep as they are)."""
+    integ = int(opt.integrator)
     implicit = (integ in (int(mujoco.mjtIntegrator.mjINT_IMPLICIT),
                           int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST))
                 or (integ == int(mujoco.mjtIntegrator.mjINT_EULER)
-                    and not model.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)))
-    return 0.5 * float(model.opt.timestep) if implicit else 0.0
+                    and not int(opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)))
+    return 0.5 * float(opt.timestep) if implicit else 0.0
 
 
 def discrete_armature(model, armature, damping):

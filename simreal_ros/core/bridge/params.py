@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 from simreal_ros.core.config import ConfigError
-from simreal_ros.core.plant import STICTION_SOLIMP, STICTION_SOLREF
+from simreal_ros.core.plant import STICTION_SOLIMP, STICTION_SOLREF, damping_lag
 
 JOINT_KEYS = ('damping', 'frictionloss', 'armature')
 LATENCY_NUMERIC = 'simreal_latency_s'
@@ -161,18 +161,6 @@ def load_spec(model_path):
         raise ConfigError(f'cannot load MuJoCo model {model_path}: {exc}') from exc
 
 
-def spec_damping_lag(spec):
-    """plant.implicit_damping_lag of the model `spec` compiles to (its integrator, flags and
-    time step as they are now)."""
-    opt = spec.option
-    integ = int(opt.integrator)
-    implicit = (integ in (int(mujoco.mjtIntegrator.mjINT_IMPLICIT),
-                          int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST))
-                or (integ == int(mujoco.mjtIntegrator.mjINT_EULER)
-                    and not int(opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)))
-    return 0.5 * float(opt.timestep) if implicit else 0.0
-
-
 def apply_to_spec(spec, params):
     """Write `params` into an MjSpec: joint damping/frictionloss/armature, latency numeric.
 
@@ -180,7 +168,7 @@ def apply_to_spec(spec, params):
     armature written is less damping * timestep / 2 where the spec's integrator takes damping
     implicitly (plant.discrete_armature), so the model moves as the robot does at the
     spec's time step: set the time step first."""
-    lag = spec_damping_lag(spec)
+    lag = damping_lag(spec.option)
     for i, name in enumerate(params.names):
         joint = spec.joint(name)
         if joint is None:
@@ -219,11 +207,10 @@ def build_model(model_path, params=None, physics_dt=None, fixed_base_lift=None):
 def params_in_model(model, names):
     """Read the parameters a compiled model carries (the inverse of apply_to_spec: the
     armature a continuous-time joint moving as the model's does would have)."""
-    from simreal_ros.core.plant import implicit_damping_lag
     _, dof = joint_dofs(model, names)
     damping = model.dof_damping[dof].copy()
     out = JointParams(list(names), damping, model.dof_frictionloss[dof].copy(),
-                      model.dof_armature[dof] + damping * implicit_damping_lag(model))
+                      model.dof_armature[dof] + damping * damping_lag(model.opt))
     nid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_NUMERIC, LATENCY_NUMERIC)
     if nid >= 0:
         out.latency_s = float(model.numeric_data[model.numeric_adr[nid]])
