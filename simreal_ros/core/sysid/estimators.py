@@ -356,8 +356,8 @@ def estimate_inertia(rec, experiment, nominal, torque_limit=None, filter_hz=None
     velocity (where dry friction sticks) are left out. The interval adds, to the Newey-West
     part, how far the estimate moves with the filter cut-off. Effective inertia = Ja + the
     nominal link inertia at the pose (mj_fullM diagonal). effort_lag_s: the control step an
-    effort reading averages over, when known (the prior of the effort's time offset,
-    _inertia_regression).
+    effort reading averages over, when known: the effort's time offset is then half of it,
+    not fit (_inertia_regression), and the free fit's difference joins the interval.
     """
     rec.validate()
     i = experiment.index
