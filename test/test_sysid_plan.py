@@ -339,3 +339,36 @@ def test_the_arm_plan_says_what_its_adapted_multisines_cost(capsys):
     assert (f'amplitude set by the {elbow["bound"]} limit ({elbow["gain_over_still"]:.1f} x'
             in out)
     assert f'elbow_pitch: {plan["per_joint_s"]["elbow_pitch"]:.1f} s of robot time' in out
+
+
+def _accuracy_bench():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'sysid_accuracy_bench', os.path.join(REPO, 'bench', 'sysid_accuracy.py'))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_accuracy_bench_tells_calibrated_intervals_from_overconfident_ones():
+    """bench/sysid_accuracy.py's claims(): estimates whose intervals are as wide as their
+    errors pass however many there are; intervals half as wide as the errors, or one
+    estimate off by four of its standard deviations, do not."""
+    import numpy as np
+    bench = _accuracy_bench()
+    rng = np.random.default_rng(7)
+    target = 0.05
+    halves = rng.uniform(0.02, 0.08, 2000)                  # relative 95 % half-widths
+    errors = np.abs(rng.normal(0.0, halves / bench.Z95))    # calibrated: sigma = h / 1.96
+    honest = bench.claims(list(errors), list(halves), target)
+    assert honest['claimed_precise'] + honest['said_imprecise'] == 2000
+    assert honest['claimed_precise_missed_goal'] > 0         # some miss, as 95 % ones do
+    assert honest['claimed_precise_missed_goal'] <= honest['missed_goal_allowed']
+    assert honest['precise_looking_wrong'] == 0
+    # The same errors with intervals half as wide: the claimed ones miss too often.
+    narrow = bench.claims(list(errors), list(halves / 2), target)
+    assert narrow['claimed_precise_missed_goal'] > narrow['missed_goal_allowed']
+    # One claimed estimate off by twice its half-width and more than the goal.
+    one = bench.claims([0.001, 0.09], [0.01, 0.04], target)
+    assert one['claimed_precise'] == 2 and one['precise_looking_wrong'] == 1
+    assert bench.claims([0.001, 0.07], [0.01, 0.04], target)['precise_looking_wrong'] == 0
