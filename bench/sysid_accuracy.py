@@ -47,7 +47,7 @@ from simreal_ros.core.plant import PlantTruth, SimPlant, load_model  # noqa: E40
 from simreal_ros.core.sysid import KINDS, NominalModel  # noqa: E402
 from simreal_ros.core.sysid.design import load_settings  # noqa: E402
 from simreal_ros.core.sysid.records import result_documents  # noqa: E402
-from simreal_ros.core.sysid.runner import identify_joint  # noqa: E402
+from simreal_ros.core.sysid.runner import identify_joints  # noqa: E402
 
 PARAMS = {'coulomb_friction': ('friction', 0.02), 'viscous_damping': ('friction', 0.05),
           'armature': ('inertia', 0.05), 'effective_inertia': ('inertia', 0.05)}
@@ -258,6 +258,7 @@ def main(argv=None):
     lat_err, lat_base_err = acc['lat_err'], acc['lat_base_err']
     failures, robot_time, limit_max = acc['failures'], acc['robot_time'], acc['limit_max']
     details, per_seed, extended = acc['details'], acc['per_seed'], acc['extended']
+    skipped = acc['skipped']
     touched = acc['touched']
     summary = {'bench': 'sysid_accuracy', 'robot': str(config), 'seeds': args.seeds,
                'gantry': bool(gantry), 'physics_dt': physics_dt,
@@ -307,7 +308,9 @@ def main(argv=None):
     # All the joints of one seed's robot (issue 33: the G1's 12 legs in 10 min), and how many
     # joints ran an inertia extension (armature_goal) to get there.
     summary['robot_time_per_run_s'] = round(max(per_seed.values()), 1)
-    summary['inertia_extensions'] = {'joints': extended, 'of': len(robot_time)}
+    summary['inertia_extensions'] = {'joints': extended, 'of': len(robot_time),
+                                     'skipped_for_budget': skipped,
+                                     'budget_s': settings['inertia'].inertia_extend_budget_s}
     # The robot touching itself (a hanging leg's knee on the other's) is a run no owner
     # wants on the real machine, whatever its estimates.
     summary['self_contact'] = {'runs': len(touched),
@@ -325,6 +328,8 @@ def main(argv=None):
             for v in summary['parameters'].values() if 'missed_goal_allowed' in v),
         'coverage_ge_90pct': coverage >= 0.9,
         'robot_time_le_60s_per_joint': max(robot_time) <= 60.0,
+        # issue 33: a gantry session's 12 legs in 10 minutes of robot time
+        'robot_time_le_10min_per_run': summary['robot_time_per_run_s'] <= 600.0,
         'no_self_contact': not touched,
         'baseline_5x': all(r is not None and r >= 5 for r in ratios),
         'within_limits': (limit_max.get('position_inside', False)
@@ -351,25 +356,36 @@ def _run_seed(ctx, seed):
     lat_err, lat_base_err = [], []
     failures, robot_time, limit_max, details = [], [], {}, []
     per_seed, extended = {}, 0     # robot time of each seed's run; joints given an extension
+    skipped = 0                    # joints whose extension inertia_extend_budget_s did not reach
     touched = []     # (seed, joint, seconds, pairs): the robot touched itself in a run
     rng = np.random.default_rng(seed)
     truth = base if ctx['truth'] else make_truth(ctx['draw'], base, rng, names, gantry)
     plant = SimPlant(model, names, physics_dt, sim['kp'], sim['kd'],
                      truth=truth, seed=seed, initial_position=sim.get('initial_position'),
                      fixed_base_lift=ctx['lift'] if gantry else None)
-    for joint in joints:
-        i = names.index(joint)
-        steps_before = plant.self_contact_steps
-        res = identify_joint(plant, settings, nominal, joint)
-        if plant.self_contact_steps > steps_before:
-            touched.append({'seed': seed, 'joint': joint,
-                            'seconds': round((plant.self_contact_steps - steps_before)
+    steps = [plant.self_contact_steps]
+
+    def after(joint, kind):
+        # The robot touching itself during this joint's experiment (a hanging leg's knee
+        # on the other's), counted per recording.
+        if plant.self_contact_steps > steps[0]:
+            touched.append({'seed': seed, 'joint': joint, 'experiment': kind,
+                            'seconds': round((plant.self_contact_steps - steps[0])
                                              * physics_dt, 4),
                             'pairs': sorted(map(list, plant.self_contact_pairs))})
             plant.self_contact_pairs.clear()
+        steps[0] = plant.self_contact_steps
+
+    # As the nodes run: every joint's friction and first multi-sine, the extensions
+    # (inertia_extend_budget_s), every joint's latency.
+    results = identify_joints(plant, settings, nominal, joints, after=after)
+    for joint in joints:
+        i = names.index(joint)
+        res = results[joint]
         robot_time.append(sum(res.robot_time.values()))
         per_seed[seed] = per_seed.get(seed, 0.0) + robot_time[-1]
-        extended += bool(res.extended)
+        extended += bool(res.extended.get('inertia', {}).get('robot_time_s'))
+        skipped += bool(res.extended.get('inertia', {}).get('skipped'))
         for kind, use in res.limits.items():
             for key, value in use.items():
                 if key == 'position_inside':
@@ -426,12 +442,13 @@ def _run_seed(ctx, seed):
     return {'errors': errors, 'base_errors': base_errors, 'covered': covered, 'half': half,
             'share': share, 'lat_err': lat_err, 'lat_base_err': lat_base_err,
             'failures': failures, 'robot_time': robot_time, 'limit_max': limit_max,
-            'details': details, 'per_seed': per_seed, 'extended': extended, 'touched': touched}
+            'details': details, 'per_seed': per_seed, 'extended': extended, 'skipped': skipped,
+            'touched': touched}
 
 
 def _merge(runs):
     """The seeds' lists end to end (in seed order), the limits' maxima, the counts summed."""
-    out = {'limit_max': {}, 'per_seed': {}, 'extended': 0}
+    out = {'limit_max': {}, 'per_seed': {}, 'extended': 0, 'skipped': 0}
     for run in runs:
         for key, value in run.items():
             if key == 'limit_max':
@@ -440,7 +457,7 @@ def _merge(runs):
                                    else max(out[key].get(k, 0.0), v))
             elif key == 'per_seed':
                 out[key].update(value)
-            elif key == 'extended':
+            elif key in ('extended', 'skipped'):
                 out[key] += value
             elif isinstance(value, dict):
                 for k, v in value.items():

@@ -1,6 +1,7 @@
 """An armature read less precisely than `armature_goal` gets more multi-sine (inertia_extend_s)
 and is fit on both runs together, in inertia_id's session and in the core runner; one read
-precisely enough gets none; the plan says what the extensions may cost."""
+precisely enough gets none; with inertia_extend_budget_s the widest intervals get theirs
+first and the run stays within it; the plan says what the extensions may cost."""
 
 from dataclasses import replace
 
@@ -10,10 +11,11 @@ import pytest
 from simreal_ros.core.config import ConfigError
 from simreal_ros.core.sysid import design_for
 from simreal_ros.core.sysid.design import design_extension, plan
-from simreal_ros.core.sysid.runner import identify_joint, join_runs, record
+from simreal_ros.core.sysid.runner import (allot_extensions, identify_joint, identify_joints,
+                                           join_runs, record)
 from simreal_ros.core.sysid.session import SysidSession
 # the arm3 fixtures `nominal` and `sim` too
-from test_sysid_core import CONFIG, make_plant, nominal, short, sim, truth  # noqa: F401
+from test_sysid_core import CONFIG, NAMES, make_plant, nominal, short, sim, truth  # noqa: F401
 from test_sysid_repeat import drive
 
 
@@ -116,3 +118,82 @@ def test_extension_settings_are_checked_and_planned(nominal):
     result = plan(CONFIG, kinds=('inertia',))
     # arm3's file asks for none: the plan's maximum is its plan
     assert result['extensions_s'] == 0 and result['per_joint_max_s'] == result['per_joint_s']
+
+
+def test_the_budget_goes_to_the_widest_intervals_first():
+    # (joint, armature width, cost s)
+    wants = [('a', 0.06, 10.0), ('b', 0.15, 10.0), ('c', 0.09, 10.0), ('d', 0.07, 4.0)]
+    assert allot_extensions(wants, 25.0) == (['b', 'c', 'd'], ['a'])
+    assert allot_extensions(wants, 9.0) == (['d'], ['b', 'c', 'a'])
+    assert allot_extensions(wants, 0.0) == (['b', 'c', 'd', 'a'], [])     # 0: no cap
+    assert allot_extensions([], 10.0) == ([], [])
+
+
+def _width(interval):
+    lo, hi = interval
+    return (hi - lo) / (hi + lo)
+
+
+def test_a_budgeted_session_extends_the_widest_armature_once_every_joint_is_fit(
+        tmp_path, nominal, sim):
+    """Two joints want an extension and the budget holds one: none is queued before both
+    first runs are fit, the wider interval gets it, the other keeps its first run's result
+    and says the budget went elsewhere; the run's robot time stays within plan + budget."""
+    one = design_extension('shoulder_pitch', short('inertia', inertia_extend_s=5.0), nominal,
+                           np.zeros(3)).duration
+    s = short('inertia', armature_goal=0.001, inertia_extend_s=5.0,
+              inertia_extend_budget_s=1.5 * one)
+    plant = make_plant(sim, truth(sim))
+    session = SysidSession('inertia', s, nominal, 'arm3', ['shoulder_pitch', 'elbow_pitch'],
+                           np.zeros(3), str(tmp_path))
+    drive(plant, session)()
+    assert len(session.experiments) == 2          # the first joint's extension waits
+    for _ in range(3):
+        if session.commanding_done:
+            break
+        drive(plant, session)()
+    assert session.commanding_done and not session.failures, session.failures
+    assert len(session.experiments) == 3 and session.experiments[2].extension
+    arm = {d['joint']: d for d in session.results if d['parameter'] == 'armature'}
+    assert sorted(arm) == ['elbow_pitch', 'shoulder_pitch']
+    ext = {j: d['extension'] for j, d in arm.items()}
+    granted = [j for j, e in ext.items() if e['robot_time_s'] > 0]
+    skipped = [j for j, e in ext.items() if e.get('skipped')]
+    assert len(granted) == 1 and len(skipped) == 1, ext
+    assert session.experiments[2].joint == granted[0]
+    assert (_width(ext[granted[0]]['armature_interval_before'])
+            > _width(ext[skipped[0]]['armature_interval_before']))
+    assert 'inertia_extend_budget_s' in ext[skipped[0]]['skipped']
+    assert arm[skipped[0]]['interval'] == pytest.approx(
+        ext[skipped[0]]['armature_interval_before'])
+    assert ext[granted[0]]['robot_time_s'] <= s.inertia_extend_budget_s
+    # The report names both: the one extended and the one the budget did not reach.
+    from simreal_ros.client.sysid_report import write_report
+    page = open(write_report(str(tmp_path / 'report'), 'arm3', [
+        {'robot': 'arm3', 'experiment': 'inertia', 'results': session.results,
+         'failures': []}])).read()
+    listed = page.split('id="extensions"')[1].split('</ul>')[0]
+    assert granted[0] in listed and skipped[0] in listed and 'not extended' in listed, listed
+
+
+def test_the_core_runner_allots_the_budget_as_the_session_does(nominal, sim):
+    one = design_extension('shoulder_pitch', short('inertia', inertia_extend_s=5.0), nominal,
+                           np.zeros(3)).duration
+    s = {'inertia': short('inertia', armature_goal=0.001, inertia_extend_s=5.0,
+                          inertia_extend_budget_s=1.5 * one)}
+    out = identify_joints(make_plant(sim, truth(sim)), s, nominal,
+                          NAMES, kinds=('inertia',))
+    ext = {j: r.extended['inertia'] for j, r in out.items()}
+    granted = [j for j, e in ext.items() if e['robot_time_s'] > 0]
+    assert len(granted) == 1 and sum(bool(e.get('skipped')) for e in ext.values()) == 2
+    assert _width(ext[granted[0]]['armature_interval_before']) == max(
+        _width(e['armature_interval_before']) for e in ext.values())
+    # the extended joint's result is the joined fit, the others' their first run's
+    for j, r in out.items():
+        interval = list(r.fits['inertia'].estimates['armature'].interval)
+        assert (interval == ext[j]['armature_interval_before']) == (j not in granted)
+
+
+def test_the_budget_is_checked_and_bounds_the_plan(nominal):
+    with pytest.raises(ConfigError, match='inertia_extend_budget_s'):
+        short('inertia', inertia_extend_budget_s=-1.0).validate('inertia_id')

@@ -271,17 +271,26 @@ def cmd_sysid_plan(args, _ros=None):
                 x = r['extension']
                 print(f'{"":<37} + {x["duration_s"]:.1f} s more multi-sine if its armature '
                       f'interval is wider than +-{100 * x["armature_goal"]:g} %')
-        extra = result.get('extensions_s') or 0.0
+        extra = result.get('extensions_max_s', result.get('extensions_s')) or 0.0
+        budget = result.get('extension_budget_s') or 0.0
         for joint, seconds in result['per_joint_s'].items():
             most = result['per_joint_max_s'][joint]
             print(f'{joint}: {seconds:.1f} s of robot time'
                   + (f' (up to {most:.1f} s with its extension)' if most > seconds else ''))
         minutes = result['total_s'] / 60.0
+        if budget > 0 and extra:
+            most = (f', up to {result["total_s"] + extra:.0f} s '
+                    f'({(result["total_s"] + extra) / 60.0:.1f} min) with the extensions '
+                    f'inertia_extend_budget_s allows ({budget:g} s, to the widest armature '
+                    f'intervals first; {result["extensions_s"]:.0f} s if every joint had one)')
+        elif extra:
+            most = (f', up to {result["total_s"] + extra:.0f} s '
+                    f'({(result["total_s"] + extra) / 60.0:.1f} min) if every armature needs '
+                    'its extension')
+        else:
+            most = ''
         print(f'total robot time: {result["total_s"]:.0f} s ({minutes:.1f} min) for '
-              f'{len({r["joint"] for r in result["experiments"]})} joints'
-              + (f', up to {result["total_s"] + extra:.0f} s '
-                 f'({(result["total_s"] + extra) / 60.0:.1f} min) if every armature needs '
-                 'its extension' if extra else '')
+              f'{len({r["joint"] for r in result["experiments"]})} joints' + most
               + '; speed: peak/limit (rad/s), torque: nominal rigid-link peak/limit (friction '
               'comes on top)')
     if bad:

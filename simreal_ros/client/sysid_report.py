@@ -379,6 +379,16 @@ def _extensions_html(params):
         ext = r.get('extension')
         if not ext:
             continue
+        if ext.get('skipped'):
+            # wanted one, but inertia_extend_budget_s went to wider intervals
+            try:
+                lo, hi = r['interval']
+                width = f'armature +-{50.0 * (hi - lo) / abs(r["value"]):.1f} %: '
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                width = ''
+            items.append(f'<li>{html.escape(joint)}: {width}{html.escape(ext["skipped"])}'
+                         '</li>')
+            continue
         try:
             lo, hi = ext['armature_interval_before']
             before = 50.0 * (hi - lo) / abs(0.5 * (hi + lo))
@@ -393,7 +403,8 @@ def _extensions_html(params):
     if not items:
         return ''
     return ('<p>Inertia extensions (the armature read less precisely than armature_goal '
-            'after the first multi-sine; in the times above):</p><ul id="extensions">'
+            'after the first multi-sine; in the times above; inertia_extend_budget_s, when '
+            'set, goes to the widest intervals first):</p><ul id="extensions">'
             + ''.join(items) + '</ul>')
 
 

@@ -85,7 +85,11 @@ KIND_SCALARS = {
                                   'off', 0.0, 1.0),
                 'inertia_extend_s': (0.0, 'multi-sine added (s) to a joint whose armature '
                                      'interval is wider than armature_goal; 0: off', 0.0,
-                                     120.0)},
+                                     120.0),
+                'inertia_extend_budget_s': (0.0, 'robot time (s) a run may spend on '
+                                            'extensions, the widest armature intervals '
+                                            'first, once every joint\'s first multi-sine is '
+                                            'fit; 0: no cap', 0.0, 3600.0)},
     'latency': {'latency_duration_s': (4.0, 'multi-sine duration per joint (s)', 1.0, 60.0),
                 'max_latency_s': (0.06, 'largest delay searched (s)', 0.005, 0.5)},
 }

@@ -59,6 +59,10 @@ class SysidSettings:
     # phase draw, the same limits; 0: off), and the armature is fit on both runs together.
     armature_goal: float = 0.0
     inertia_extend_s: float = 0.0
+    # Robot time (s) one run may spend on extensions (0: no cap): they go to the widest
+    # armature intervals first (runner.allot_extensions), once every joint's first multi-sine
+    # is fit, so a gantry slot bounds the run whatever the robot's truth.
+    inertia_extend_budget_s: float = 0.0
     # latency
     latency_duration_s: float = 4.0
     latency_band_hz: tuple = (1.0, 12.0)
@@ -103,7 +107,7 @@ class SysidSettings:
         for key in ('range_margin', 'command_rate_hz', 'approach_speed_fraction', 'settle_s',
                     'sweep_half_range', 'inertia_duration_s', 'latency_duration_s',
                     'max_latency_s', 'friction_settled_s', 'friction_budget_s',
-                    'armature_goal', 'inertia_extend_s'):
+                    'armature_goal', 'inertia_extend_s', 'inertia_extend_budget_s'):
             if key in params:
                 setattr(out, key, float(params[key]))
         for key in ('gravity_feedforward',):
@@ -134,6 +138,8 @@ class SysidSettings:
         for key in ('armature_goal', 'inertia_extend_s'):
             if not getattr(self, key) >= 0:
                 raise ConfigError(f'{source}.{key} must be >= 0 (0: off)')
+        if not self.inertia_extend_budget_s >= 0:
+            raise ConfigError(f'{source}.inertia_extend_budget_s must be >= 0 (0: no cap)')
         if 0 < self.inertia_extend_s < 2.0 / self.inertia_band_hz[0]:
             raise ConfigError(f'{source}.inertia_extend_s must be 0 (off) or at least two '
                               f'periods of inertia_band_hz\'s lowest frequency '
@@ -668,10 +674,13 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
     from simreal_ros.core.config import load_node_params, resolve_path
     from simreal_ros.core.sysid.model import NominalModel
     rows = []
+    budget = 0.0
     for kind in kinds:
         node = NODE_OF[kind]
         settings = load_settings(config_path, kind)
         params = load_node_params(config_path, node)
+        if kind == 'inertia':
+            budget = settings.inertia_extend_budget_s
         if nominal is None:
             path = resolve_path(params.get('model_path', ''), f'{config_path}:{node}.model_path',
                                 relative_to=Path(config_path).parent)
@@ -733,8 +742,12 @@ def plan(config_path, kinds=KINDS, joints=None, nominal=None):
     return {'robot_file': str(config_path), 'experiments': rows,
             'total_s': round(sum(r['duration_s'] for r in rows), 1),
             'per_joint_s': per_joint,
-            # at most, with every joint's inertia extension run (armature_goal)
+            # every joint's inertia extension (armature_goal), and what a run may spend on
+            # them at most: inertia_extend_budget_s (0: no cap) bounds it
             'extensions_s': round(sum(extra.values()), 1),
+            'extension_budget_s': budget,
+            'extensions_max_s': round(min(sum(extra.values()), budget)
+                                      if budget > 0 else sum(extra.values()), 1),
             'per_joint_max_s': {j: round(v + extra.get(j, 0.0), 2)
                                 for j, v in per_joint.items()}}
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simreal_ros.core.sysid import baselines
-from simreal_ros.core.sysid.design import Experiment, design_extension, design_for, limit_usage
+from simreal_ros.core.sysid.design import (Experiment, design_extension, design_for,
+                                          extension_cost, limit_usage)
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
                                                combined_friction_fit, estimate_friction,
                                                estimate_inertia, estimate_latency)
@@ -136,67 +137,172 @@ def joint_params_from(result, index, n, prior=None):
     return params
 
 
+def armature_width(fit):
+    """An inertia Fit's armature interval: its 95 % half-width over the value."""
+    a = fit.estimates['armature']
+    lo, hi = a.interval
+    return 0.5 * (hi - lo) / max(abs(a.value), 1e-12)
+
+
+def allot_extensions(candidates, budget_s):
+    """Which joints get their extension: `candidates` are (joint, armature width, cost in s);
+    the widest intervals first while the extensions' robot time stays within budget_s (0: no
+    cap: every one). Returns (granted, skipped), joint names in the order granted/considered."""
+    granted, skipped, spent = [], [], 0.0
+    for joint, _, cost in sorted(candidates, key=lambda c: -c[1]):
+        if budget_s <= 0 or spent + cost <= budget_s + 1e-9:
+            granted.append(joint)
+            spent += cost
+        else:
+            skipped.append(joint)
+    return granted, skipped
+
+
+def skipped_note(settings):
+    """What a joint whose extension the budget did not reach says (result 'extension')."""
+    return (f'not extended: inertia_extend_budget_s ({settings.inertia_extend_budget_s:g} s) '
+            'went to wider armature intervals')
+
+
+@dataclass
+class _Pending:
+    """A joint's first multi-sine, fit, waiting for its extension to be allotted."""
+    exp: Experiment
+    rec: Recording
+    sweeps: object        # the friction Fit from the sweeps alone (None without)
+    settings: object
+    index: int
+
+
 def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia', 'latency'),
                    sample_rate_hz=500.0, keep_recordings=False):
     """Run the experiments on one joint of `plant`; return a JointResult.
 
     settings: one SysidSettings, or a mapping kind -> SysidSettings (one per node section).
+    An inertia extension (armature_goal) runs right after the joint's first multi-sine.
     """
     out = JointResult(joint)
     per_kind = settings if isinstance(settings, dict) else {k: settings for k in kinds}
     for kind in kinds:
-        settings = per_kind[kind]
-        i = settings.joint_names.index(joint)
-        current = plant.measure(with_noise=False).position
-        exp = design_for(kind, joint, settings, nominal, current)
-        rec = record(plant, exp, sample_rate_hz)
-        out.robot_time[kind] = float(rec.t[-1] - rec.t[0])
-        out.limits[kind] = limit_usage(settings, rec)
-        if keep_recordings:
-            out.recordings[kind] = (exp, rec)
-        lim = settings.torque_limit[i]
-        try:
-            if kind == 'friction':
-                out.fits[kind] = estimate_friction(rec, exp, nominal, lim,
-                                                   effort_lag_s=plant.dt)
-                out.baselines[kind] = baselines.baseline_friction(rec, exp)
-            elif kind == 'inertia':
-                out.fits[kind] = estimate_inertia(rec, exp, nominal, lim,
-                                                 effort_lag_s=plant.dt)
-                if wants_extension(out.fits[kind], settings):
-                    # As inertia_id does: more multi-sine, both runs fit together.
-                    ext = design_extension(joint, settings, nominal,
-                                           plant.measure(with_noise=False).position)
-                    rec2 = record(plant, ext, sample_rate_hz)
-                    out.extended[kind] = {
-                        'robot_time_s': float(rec2.t[-1] - rec2.t[0]),
-                        'armature_interval_before': list(
-                            out.fits[kind].estimates['armature'].interval)}
-                    out.robot_time[kind] += out.extended[kind]['robot_time_s']
-                    use2 = limit_usage(settings, rec2)
-                    out.limits[kind] = {k: (v and use2[k] if k == 'position_inside'
-                                            else max(v, use2[k]))
-                                        for k, v in out.limits[kind].items()}
-                    exp, rec = join_runs((exp, rec), (ext, rec2))
-                    if keep_recordings:
-                        out.recordings[kind] = (exp, rec)
-                    out.fits[kind] = estimate_inertia(rec, exp, nominal, lim,
-                                                 effort_lag_s=plant.dt)
-                out.baselines[kind] = baselines.baseline_inertia(rec, exp, nominal)
-                if 'friction' in out.fits:   # the multi-sine's friction terms join the sweeps'
-                    out.fits['friction'] = combined_friction_fit(out.fits['friction'],
-                                                                 out.fits[kind])
-            else:
-                params = joint_params_from(out, i, len(settings.joint_names))
-                if 'inertia' not in out.fits:   # identify the joint from this recording
-                    own = JointResult(joint, fits=dict(out.fits))
-                    own.fits['inertia'] = estimate_inertia(rec, exp, nominal, lim,
-                                                           effort_lag_s=plant.dt)
-                    params = joint_params_from(own, i, len(settings.joint_names))
-                out.fits[kind] = estimate_latency(rec, exp, nominal, params, settings.kp,
-                                                  settings.kd, plant.dt,
-                                                  settings.max_latency_s, lim)
-                out.baselines[kind] = baselines.baseline_latency(rec, exp)
-        except IdentificationError as exc:
-            out.errors[kind] = str(exc)
+        _identify_kind(out, plant, per_kind[kind], nominal, kind, sample_rate_hz,
+                       keep_recordings)
     return out
+
+
+def identify_joints(plant, settings, nominal, joints, kinds=('friction', 'inertia', 'latency'),
+                    sample_rate_hz=500.0, keep_recordings=False, after=None):
+    """Run the experiments on several joints of `plant` as the nodes do; {joint: JointResult}.
+
+    Every joint's friction and first multi-sine, then the inertia extensions
+    (`allot_extensions`: the widest armature intervals first within
+    inertia_extend_budget_s, each fit with its joint's first run), then every joint's latency
+    (it uses the identified friction and armature). after(joint, kind): called after each
+    recording (a bench's accounting of the robot's state).
+    """
+    per_kind = settings if isinstance(settings, dict) else {k: settings for k in kinds}
+    out = {j: JointResult(j) for j in joints}
+    pending = {}
+    first = [k for k in kinds if k != 'latency']
+    for joint in joints:
+        for kind in first:
+            p = _identify_kind(out[joint], plant, per_kind[kind], nominal, kind,
+                               sample_rate_hz, keep_recordings, defer=True)
+            if p is not None:
+                pending[joint] = p
+            if after:
+                after(joint, kind)
+    if pending:
+        s = per_kind['inertia']
+        costs = extension_cost(s, nominal, list(pending))
+        granted, skipped = allot_extensions(
+            [(j, armature_width(out[j].fits['inertia']), costs[j]) for j in pending],
+            s.inertia_extend_budget_s)
+        for joint in skipped:
+            out[joint].extended['inertia'] = {
+                'robot_time_s': 0.0, 'skipped': skipped_note(s),
+                'armature_interval_before': list(
+                    out[joint].fits['inertia'].estimates['armature'].interval)}
+        for joint in granted:
+            _extend(out[joint], plant, pending[joint], nominal, sample_rate_hz,
+                    keep_recordings)
+            if after:
+                after(joint, 'inertia')
+    if 'latency' in kinds:
+        for joint in joints:
+            _identify_kind(out[joint], plant, per_kind['latency'], nominal, 'latency',
+                           sample_rate_hz, keep_recordings)
+            if after:
+                after(joint, 'latency')
+    return out
+
+
+def _extend(out, plant, p, nominal, sample_rate_hz, keep_recordings):
+    """Run joint `out.joint`'s inertia extension and fit it with its first run (`p`)."""
+    kind, settings, joint = 'inertia', p.settings, out.joint
+    ext = design_extension(joint, settings, nominal, plant.measure(with_noise=False).position)
+    rec2 = record(plant, ext, sample_rate_hz)
+    out.extended[kind] = {
+        'robot_time_s': float(rec2.t[-1] - rec2.t[0]),
+        'armature_interval_before': list(out.fits[kind].estimates['armature'].interval)}
+    out.robot_time[kind] += out.extended[kind]['robot_time_s']
+    use2 = limit_usage(settings, rec2)
+    out.limits[kind] = {k: (v and use2[k] if k == 'position_inside' else max(v, use2[k]))
+                        for k, v in out.limits[kind].items()}
+    exp, rec = join_runs((p.exp, p.rec), (ext, rec2))
+    if keep_recordings:
+        out.recordings[kind] = (exp, rec)
+    lim = settings.torque_limit[p.index]
+    try:
+        out.fits[kind] = estimate_inertia(rec, exp, nominal, lim, effort_lag_s=plant.dt)
+    except IdentificationError as exc:
+        # The first run's fit stands (as inertia_id's does), and says why.
+        out.extended[kind]['error'] = str(exc)
+        return
+    out.baselines[kind] = baselines.baseline_inertia(rec, exp, nominal)
+    if p.sweeps is not None:    # the multi-sines' friction terms join the sweeps'
+        out.fits['friction'] = combined_friction_fit(p.sweeps, out.fits[kind])
+
+
+def _identify_kind(out, plant, settings, nominal, kind, sample_rate_hz, keep_recordings,
+                   defer=False):
+    """One experiment of `kind` on out.joint, its fit into `out`. An inertia run that wants
+    its extension runs it now, or with `defer` returns a _Pending for identify_joints."""
+    joint = out.joint
+    i = settings.joint_names.index(joint)
+    current = plant.measure(with_noise=False).position
+    exp = design_for(kind, joint, settings, nominal, current)
+    rec = record(plant, exp, sample_rate_hz)
+    out.robot_time[kind] = float(rec.t[-1] - rec.t[0])
+    out.limits[kind] = limit_usage(settings, rec)
+    if keep_recordings:
+        out.recordings[kind] = (exp, rec)
+    lim = settings.torque_limit[i]
+    try:
+        if kind == 'friction':
+            out.fits[kind] = estimate_friction(rec, exp, nominal, lim, effort_lag_s=plant.dt)
+            out.baselines[kind] = baselines.baseline_friction(rec, exp)
+        elif kind == 'inertia':
+            out.fits[kind] = estimate_inertia(rec, exp, nominal, lim, effort_lag_s=plant.dt)
+            out.baselines[kind] = baselines.baseline_inertia(rec, exp, nominal)
+            sweeps = out.fits.get('friction')
+            if sweeps is not None:   # the multi-sine's friction terms join the sweeps'
+                out.fits['friction'] = combined_friction_fit(sweeps, out.fits[kind])
+            if wants_extension(out.fits[kind], settings):
+                p = _Pending(exp, rec, sweeps, settings, i)
+                if defer:
+                    return p
+                _extend(out, plant, p, nominal, sample_rate_hz, keep_recordings)
+        else:
+            params = joint_params_from(out, i, len(settings.joint_names))
+            if 'inertia' not in out.fits:   # identify the joint from this recording
+                own = JointResult(joint, fits=dict(out.fits))
+                own.fits['inertia'] = estimate_inertia(rec, exp, nominal, lim,
+                                                       effort_lag_s=plant.dt)
+                params = joint_params_from(own, i, len(settings.joint_names))
+            out.fits[kind] = estimate_latency(rec, exp, nominal, params, settings.kp,
+                                              settings.kd, plant.dt, settings.max_latency_s,
+                                              lim)
+            out.baselines[kind] = baselines.baseline_latency(rec, exp)
+    except IdentificationError as exc:
+        out.errors[kind] = str(exc)
+    return None

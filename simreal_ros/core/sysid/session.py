@@ -28,7 +28,8 @@ import numpy as np
 
 from simreal_ros.core.plant import load_model
 from simreal_ros.core.sysid import baselines
-from simreal_ros.core.sysid.design import Experiment, _Builder, design_extension, design_for
+from simreal_ros.core.sysid.design import (Experiment, _Builder, design_extension, design_for,
+                                          extension_cost)
 from simreal_ros.core.sysid.estimators import (FRICTION_KEYS, IdentificationError, Recording,
                                                combine_friction, combined_method,
                                                estimate_friction, estimate_inertia,
@@ -38,7 +39,8 @@ from simreal_ros.core.sysid.model import NominalModel
 from simreal_ros.core.sysid.records import (latest_documents, latest_parameters,
                                             precision_note, result_documents, run_basename,
                                             write_mcap)
-from simreal_ros.core.sysid.runner import (JointResult, join_runs, joint_params_from,
+from simreal_ros.core.sysid.runner import (JointResult, allot_extensions, armature_width,
+                                           join_runs, joint_params_from, skipped_note,
                                            wants_extension)
 
 
@@ -85,6 +87,10 @@ class SysidSession:
         self.model_values = mjcf_values(path, nominal.names) if path else {}
         self._lock = threading.Lock()
         self._first = {}     # joint -> (experiment, recording, t0, fit) awaiting its extension
+        # With inertia_extend_budget_s, the joints that want an extension wait (joint ->
+        # armature width) until every first run is settled (_base_left), then the widest go.
+        self._deferred = {}
+        self._base_left = len(self.experiments)
 
     def _reset_log(self):
         self.cmd_log = []     # (t, row)
@@ -251,8 +257,42 @@ class SysidSession:
         self.t0 = None
         self._reset_log()
         if cut is not None:
-            return lambda: self._cut_short_failure(exp, *cut)
-        return lambda: self._identify_safely(exp, (samples, cmd_log), t0)
+            work = lambda: self._cut_short_failure(exp, *cut)  # noqa: E731
+        else:
+            work = lambda: self._identify_safely(exp, (samples, cmd_log), t0)  # noqa: E731
+        if exp.extension:
+            return work
+
+        def first_run():
+            try:
+                work()
+            finally:
+                self._base_settled()
+        return first_run
+
+    def _budgeted(self):
+        return self.kind == 'inertia' and self.settings.inertia_extend_budget_s > 0
+
+    def _base_settled(self):
+        """One joint's first run is estimated (or failed): after the last, the extensions
+        that waited for inertia_extend_budget_s are allotted, the widest intervals first."""
+        with self._lock:
+            self._base_left -= 1
+            if self._base_left > 0 or not self._deferred:
+                return
+            deferred, self._deferred = self._deferred, {}
+        costs = extension_cost(self.settings, self.nominal, list(deferred))
+        granted, skipped = allot_extensions(
+            [(j, w, costs[j]) for j, w in deferred.items()],
+            self.settings.inertia_extend_budget_s)
+        for joint in skipped:
+            exp, rec, t0, fit = self._first.pop(joint)
+            lo, hi = fit.estimates['armature'].interval
+            self._publish(exp, rec, fit, self._data_file(joint), {
+                'armature_interval_before': [float(lo), float(hi)], 'robot_time_s': 0.0,
+                'skipped': skipped_note(self.settings)})
+        for joint in granted:
+            self._queue_extension(joint)
 
     def _disturbance_summary(self, joint):
         """This joint's repeats and ' (N disturbance(s) of this joint: ...)', or ''."""
@@ -289,12 +329,20 @@ class SysidSession:
     def _extend(self, exp, rec, t0, fit):
         """Queue an inertia extension of `exp`'s joint (its armature interval is wider than
         armature_goal): the run goes on with it once the joints before it are done, and its
-        recording is fit together with this one (`_identify`). Called in a worker thread."""
-        # Designed outside the lock, which the command loop takes every command.
-        start = self.experiments[-1].position[-1]   # where every experiment ends
-        ext = design_extension(exp.joint, self.settings, self.nominal, start)
+        recording is fit together with this one (`_identify`). With inertia_extend_budget_s
+        it waits for the allotment (`_base_settled`). Called in a worker thread."""
         with self._lock:
             self._first[exp.joint] = (exp, rec, t0, fit)
+            if self._budgeted():
+                self._deferred[exp.joint] = armature_width(fit)
+                return
+        self._queue_extension(exp.joint)
+
+    def _queue_extension(self, joint):
+        # Designed outside the lock, which the command loop takes every command.
+        start = self.experiments[-1].position[-1]   # where every experiment ends
+        ext = design_extension(joint, self.settings, self.nominal, start)
+        with self._lock:
             self.experiments.append(ext)
             self.planned.append(ext.duration)
             self.budget.append(self.max_duration_factor
@@ -321,12 +369,16 @@ class SysidSession:
                          np.array([x[2] for x in s])[order], np.array([x[3] for x in s])[order],
                          cmd_t, exp.position[rows], exp.velocity[rows], exp.effort[rows])
 
+    def _data_file(self, joint):
+        return os.path.join(self.results_dir, f'{self.base}_{joint}.mcap')
+
     def _identify(self, exp, rec, t0=0.0):
         joint = exp.joint
-        extension = None
+        extension = first = None
         if exp.extension and joint in self._first:
             # The extension's run joins the first (or, without samples, the first stands).
-            e1, r1, t0, fit1 = self._first.pop(joint)
+            first = self._first.pop(joint)
+            e1, r1, t0, fit1 = first
             lo, hi = fit1.estimates['armature'].interval
             extension = {'armature_interval_before': [float(lo), float(hi)],
                          'robot_time_s': round(float(rec.t[-1] - rec.t[0]), 2)
@@ -341,14 +393,13 @@ class SysidSession:
                 self.failures.append({'joint': joint, 'reason': 'bad data',
                                       'detail': 'no joint_states were recorded'})
             return
-        data_file = os.path.join(self.results_dir, f'{self.base}_{joint}.mcap')
+        data_file = self._data_file(joint)
         write_mcap(data_file, rec, time_origin=t0 or 0.0)
         lim = self.settings.torque_limit[exp.index]
         try:
             if self.kind == 'friction':
                 fit = estimate_friction(rec, exp, self.nominal, lim,
                                         effort_lag_s=self.physics_dt)
-                base = baselines.baseline_friction(rec, exp)
             elif self.kind == 'inertia':
                 fit = estimate_inertia(rec, exp, self.nominal, lim,
                                        effort_lag_s=self.physics_dt)
@@ -356,14 +407,17 @@ class SysidSession:
                         fit, self.settings):
                     self._extend(exp, rec, t0, fit)
                     return
-                base = baselines.baseline_inertia(rec, exp, self.nominal)
             else:
                 params = self._joint_params(exp, rec)
                 fit = estimate_latency(rec, exp, self.nominal, params, self.settings.kp,
                                        self.settings.kd, self.physics_dt,
                                        self.settings.max_latency_s, lim)
-                base = baselines.baseline_latency(rec, exp)
         except IdentificationError as exc:
+            if first is not None and extension is not None and 'error' not in extension:
+                # The two runs together did not fit: the first run's estimate stands.
+                extension['error'] = f'the two runs fit together failed: {exc.detail}'
+                self._publish(e1, r1, fit1, data_file, extension)
+                return
             repeats, summary = self._disturbance_summary(joint)
             detail = exc.detail + summary
             with self._lock:
@@ -371,6 +425,19 @@ class SysidSession:
                                       'detail': detail, 'data_file': data_file,
                                       'repeats': repeats})
             return
+        self._publish(exp, rec, fit, data_file, extension)
+
+    def _publish(self, exp, rec, fit, data_file, extension=None):
+        """A joint's fit as result documents (its seed baseline, fit curve, nominal values,
+        combined friction, repeats and extension), added to the results."""
+        joint = exp.joint
+        lim = self.settings.torque_limit[exp.index]
+        if self.kind == 'friction':
+            base = baselines.baseline_friction(rec, exp)
+        elif self.kind == 'inertia':
+            base = baselines.baseline_inertia(rec, exp, self.nominal)
+        else:
+            base = baselines.baseline_latency(rec, exp)
         docs = result_documents(self.robot, fit, data_file)
         curve = self._fit_curve(exp, rec, fit, lim)
         if curve:
