@@ -251,6 +251,18 @@ def test_blocked_joint_is_reported_not_estimated(nominal, sim):
     with pytest.raises(IdentificationError) as err:
         estimate_inertia(rec, exp, nominal, None)
     assert err.value.reason == 'joint did not move'
+    # The latency multi-sine too, and it names the friction that held the joint and what
+    # would move it.
+    s = short('latency')
+    exp = design_for('latency', 'elbow_pitch', s, nominal, plant.measure().position)
+    rec = record(plant, exp)
+    params = {'armature': np.array(tr.armature), 'viscous_damping': np.array(tr.viscous_damping),
+              'coulomb_friction': np.array(tr.coulomb_friction)}
+    with pytest.raises(IdentificationError) as err:
+        estimate_latency(rec, exp, nominal, params, s.kp, s.kd, plant.dt)
+    assert err.value.reason == 'joint did not move'
+    assert 'Coulomb friction 30 N*m' in str(err.value) and 'acceleration_limit' in str(
+        err.value), err.value
 
 
 def test_no_excitation_and_saturation_are_clear_failures(nominal, sim):

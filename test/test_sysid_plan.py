@@ -22,6 +22,10 @@ def test_g1_legs_plan_inside_the_limits_within_ten_minutes(capsys):
     assert all(r['peak_torque'] < r['torque_limit'] for r in rows)
     assert 0 < plan['total_s'] <= 600.0
     assert abs(plan['total_s'] - sum(r['duration_s'] for r in rows)) < 0.5
+    # ... with every extension its budget allows (the widest armature intervals first).
+    assert 0 < plan['extension_budget_s'] < plan['extensions_s']
+    assert plan['extensions_max_s'] == pytest.approx(plan['extension_budget_s'], abs=0.05)
+    assert plan['total_s'] + plan['extensions_max_s'] <= 600.0
     # Gravity of the hanging leg from the MJCF (contacts off, base held): the hip pitch
     # carries the leg, the ankle roll almost nothing.
     peak = {(r['kind'], r['joint']): r['peak_torque'] for r in rows}

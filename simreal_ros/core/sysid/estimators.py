@@ -748,8 +748,19 @@ def estimate_latency(rec, experiment, nominal, joint_params, kp, kd, physics_dt,
     _check_saturation(rec.effort[:, i], lim, seg >= 0, joint)
     rms_v = float(np.sqrt(np.mean(rec.velocity[excite, i]**2)))
     if rms_v < 0.05:
+        # Say what held it: a joint whose dry friction the PD's torque swing hardly passes
+        # sticks through a multi-sine whose amplitude the acceleration limit set (a G1 ankle
+        # with 1.2 N*m of Coulomb friction at 20 rad/s^2).
+        tau = rec.effort[excite, i]
+        swing = float(np.max(np.abs(tau - np.median(tau))))
+        fc = float(np.asarray(joint_params.get('coulomb_friction', [0.0] * (i + 1)))[i])
+        why = (f'; its Coulomb friction {fc:.3g} N*m against a torque swing of {swing:.3g} '
+               'N*m: a larger acceleration_limit or velocity_limit for this joint in '
+               'latency_id (inside the SysID limits) moves it' if fc > 0.3 * swing else
+               f' (torque swing {swing:.3g} N*m: a blocked joint, or commands that did not '
+               'reach the robot)')
         raise IdentificationError('joint did not move', f'{joint}: RMS velocity {rms_v:.4f} '
-                                  'rad/s during the excitation')
+                                  'rad/s during the excitation' + why)
     fs = 1.0 / float(np.median(np.diff(rec.t)))
     k0, (qf, qdf), win, rest, slope, link = latency_window(rec, i, nominal, excite, filter_hz)
     theta = np.array([joint_params['armature'][i], joint_params['viscous_damping'][i],
