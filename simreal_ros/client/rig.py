@@ -621,5 +621,16 @@ class Rig:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            # A test that failed inside the rig: what each process said, and the last
+            # safety/state, on stderr (pytest shows it with the failure). A flake that
+            # cannot be reproduced is then read from the run that had it.
+            try:
+                sys.stderr.write(f'--- rig: {exc_type.__name__} inside the rig; last '
+                                 f'safety/state: {self.probe.state}\n')
+                for name, text in self.logs(4000).items():
+                    sys.stderr.write(f'--- {name} (last 4000 characters)\n{text}\n')
+            except Exception as err:  # noqa: BLE001 - never hide the test's own failure
+                sys.stderr.write(f'--- rig: could not collect the logs: {err!r}\n')
         self.close()
