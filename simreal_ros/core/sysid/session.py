@@ -281,16 +281,21 @@ class SysidSession:
             if self._base_left > 0 or not self._deferred:
                 return
             deferred, self._deferred = self._deferred, {}
-        costs = extension_cost(self.settings, self.nominal, list(deferred))
-        granted, skipped = allot_extensions(
-            [(j, w, costs[j]) for j, w in deferred.items()],
-            self.settings.inertia_extend_budget_s)
+        note = skipped_note(self.settings)
+        try:
+            costs = extension_cost(self.settings, self.nominal, list(deferred))
+            granted, skipped = allot_extensions(
+                [(j, w, costs[j]) for j, w in deferred.items()],
+                self.settings.inertia_extend_budget_s)
+        except Exception as exc:  # noqa: BLE001 - the first runs stand, and say why
+            granted, skipped = [], list(deferred)
+            note = f'not extended: the extensions could not be planned ({exc})'
         for joint in skipped:
             exp, rec, t0, fit = self._first.pop(joint)
             lo, hi = fit.estimates['armature'].interval
             self._publish(exp, rec, fit, self._data_file(joint), {
                 'armature_interval_before': [float(lo), float(hi)], 'robot_time_s': 0.0,
-                'skipped': skipped_note(self.settings)})
+                'skipped': note})
         for joint in granted:
             self._queue_extension(joint)
 
