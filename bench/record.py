@@ -57,8 +57,12 @@ def commit():
     try:
         out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=BENCH, text=True,
                              capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                               cwd=BENCH, text=True, capture_output=True).stdout.strip()
+        # The code's changes, not the results': a stored result (bench/results/) or the page
+        # rendered from them is what this records, so one bench run after another does not
+        # mark the second's commit as changed.
+        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no', '--',
+                                '.', ':(exclude)bench/results', ':(exclude)docs/benchmarks.md'],
+                               cwd=BENCH.parent, text=True, capture_output=True).stdout.strip()
         return out + ('+changes' if dirty else '')
     except (OSError, subprocess.CalledProcessError):
         return ''
