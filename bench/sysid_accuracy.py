@@ -6,8 +6,9 @@ SimPlant directly (faster than real time, measurements at 500 Hz like sim_robot)
 per parameter the p95 relative error, the latency RMS error, how often the 95 % intervals cover
 the truth, whether the estimates whose interval claims the goal miss it no more often than
 calibrated intervals would and none by four standard deviations (`claims`), the robot time per
-joint and per run (the nodes' order: every joint's friction and first multi-sine, the inertia
-extensions within inertia_extend_budget_s, every joint's latency), the limits used, and the
+joint and per run (each joint's friction and first multi-sine, then the inertia extensions
+within inertia_extend_budget_s as inertia_id queues them, then every joint's latency), the
+limits used, and the
 same errors for the seed baselines on the same data. --jobs runs seeds in parallel.
 
 --draw says how far from the file's plant the truths are drawn (what a real robot's are):

@@ -191,13 +191,13 @@ def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia'
 
 def identify_joints(plant, settings, nominal, joints, kinds=('friction', 'inertia', 'latency'),
                     sample_rate_hz=500.0, keep_recordings=False, after=None):
-    """Run the experiments on several joints of `plant` as the nodes do; {joint: JointResult}.
+    """Run the experiments on several joints of `plant`; {joint: JointResult}.
 
-    Every joint's friction and first multi-sine, then the inertia extensions
-    (`allot_extensions`: the widest armature intervals first within
-    inertia_extend_budget_s, each fit with its joint's first run), then every joint's latency
-    (it uses the identified friction and armature). after(joint, kind): called after each
-    recording (a bench's accounting of the robot's state).
+    Each joint's friction and first multi-sine, then the inertia extensions as inertia_id
+    queues them after its joints (`allot_extensions`: the widest armature intervals first
+    within inertia_extend_budget_s, each fit with its joint's first run), then every joint's
+    latency (it uses the identified friction and armature). after(joint, kind): called after
+    each recording (a bench's accounting of the robot's state).
     """
     per_kind = settings if isinstance(settings, dict) else {k: settings for k in kinds}
     out = {j: JointResult(j) for j in joints}
