@@ -197,3 +197,23 @@ def test_the_core_runner_allots_the_budget_as_the_session_does(nominal, sim):
 def test_the_budget_is_checked_and_bounds_the_plan(nominal):
     with pytest.raises(ConfigError, match='inertia_extend_budget_s'):
         short('inertia', inertia_extend_budget_s=-1.0).validate('inertia_id')
+
+
+def test_an_extension_whose_joined_fit_fails_leaves_the_first_result(tmp_path, nominal, sim,
+                                                                     monkeypatch):
+    """The two runs fit together raise (here forced): the joint keeps its first run's
+    armature and says why, instead of failing the joint it had already identified."""
+    import simreal_ros.core.sysid.session as session_module
+    from simreal_ros.core.sysid.estimators import IdentificationError
+    real = session_module.estimate_inertia
+
+    def joined_fails(rec, exp, *args, **kwargs):
+        if exp.extension:
+            raise IdentificationError('not enough excitation', 'forced by the test')
+        return real(rec, exp, *args, **kwargs)
+    monkeypatch.setattr(session_module, 'estimate_inertia', joined_fails)
+    session, arm = run_session(tmp_path, nominal, sim, goal=0.001)
+    ext = arm['extension']
+    assert 'fit together failed' in ext['error'] and 'forced by the test' in ext['error']
+    assert arm['interval'] == pytest.approx(ext['armature_interval_before'])
+    assert ext['robot_time_s'] > 0 and len(session.experiments) == 2
