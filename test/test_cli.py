@@ -42,6 +42,38 @@ def test_status_and_sysid_without_a_graph():
     assert 'Traceback' not in out
 
 
+_READER = ('import json, sys; from simreal_ros.client.ros import Ros, Missing, safety_state\n'
+           'r = Ros("late")\ntry: print(json.dumps(safety_state(r, timeout=float(sys.argv[1]))))\n'
+           'except Missing as exc: print(exc); sys.exit(1)\nfinally: r.close()')
+_PUBLISHER = ('import sys, time, rclpy; from std_msgs.msg import String\n'
+              'from simreal_ros.nodes.common import LATCHED_QOS\n'
+              'time.sleep(float(sys.argv[1])); rclpy.init(); n = rclpy.create_node("late_pub")\n'
+              'p = n.create_publisher(String, "/late/safety/state", LATCHED_QOS)\n'
+              'if sys.argv[2] == "publish": p.publish(String(data=\'{"estop": false}\'))\n'
+              'time.sleep(30)')
+
+
+def test_safety_state_waits_for_a_late_supervisor_and_names_a_silent_one():
+    """ci51: `simreal -n right status` beside two robots' eleven processes discovered nothing
+    in 3 s while the supervisor ran, and said it was not running. The reader now waits for the
+    graph to show a publisher (SERVICE_WAIT_S, as a service call does), then for its message."""
+    def run(delay, mode, timeout):
+        pub = subprocess.Popen([sys.executable, '-c', _PUBLISHER, str(delay), mode], cwd=REPO)
+        try:
+            return subprocess.run([sys.executable, '-c', _READER, str(timeout)], cwd=REPO,
+                                  capture_output=True, text=True, timeout=60)
+        finally:
+            pub.kill()
+            pub.wait()
+    # A supervisor that appears 5 s after the reader started (a 3 s read gave up before).
+    out = run(5.0, 'publish', 3.0)
+    assert out.returncode == 0 and '"estop": false' in out.stdout, out.stdout + out.stderr
+    # One that is there but sends nothing: named, not "not running".
+    out = run(0.0, 'silent', 2.0)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert '/late_pub on /late/safety/state sent nothing within 2 s' in out.stdout, out.stdout
+
+
 def test_bad_arguments_are_usage_errors():
     code, out = simreal('sysid', 'stiffness')
     assert code == 2 and "invalid choice: 'stiffness'" in out

@@ -130,21 +130,42 @@ class Ros:
         from std_srvs.srv import SetBool
         return self.call(SetBool, name, SetBool.Request(data=bool(value)), owner, timeout)
 
-    def latest(self, msg_type, topic, qos, timeout, what):
-        """Return the first message on `topic` within `timeout` s, or raise Missing."""
+    def latest(self, msg_type, topic, qos, timeout, what, discover=SERVICE_WAIT_S):
+        """Return the first message on `topic`, or raise Missing.
+
+        Waits up to `discover` s (at least `timeout`) for the graph to show a publisher on
+        the topic, then up to `timeout` s from then for its message: a fresh process on a busy
+        graph can take more than a few seconds to discover it (ci51: `simreal status` beside
+        two robots' eleven processes found nothing in 3 s while the supervisor ran). With no
+        publisher the message is `what` (the owner is not running); with a publisher that
+        sends nothing, the message names it.
+        """
         got = []
-        sub = self.node.create_subscription(msg_type, join_name(self.namespace, topic),
-                                            got.append, qos)
+        fqn = join_name(self.namespace, topic)
+        sub = self.node.create_subscription(msg_type, fqn, got.append, qos)
         try:
-            deadline = time.monotonic() + timeout
-            while not got and time.monotonic() < deadline:
+            start = time.monotonic()
+            found = None
+            while not got:
+                now = time.monotonic()
+                if found is None and self.node.count_publishers(fqn) > 0:
+                    found = now
+                if found is None and now - start >= max(timeout, discover):
+                    break
+                if found is not None and now - found >= timeout:
+                    break
                 time.sleep(0.01)
         finally:
             self.node.destroy_subscription(sub)
-        if not got:
-            raise Missing(f'{what}: nothing on {join_name(self.namespace, topic)} within '
-                          f'{timeout:g} s {dds_hint()}')
-        return got[-1]
+        if got:
+            return got[-1]
+        if found is None:
+            raise Missing(f'{what}: nothing on {fqn} within {max(timeout, discover):g} s '
+                          f'{dds_hint()}')
+        names = sorted({'/' + (i.node_namespace.strip('/') + '/' + i.node_name).strip('/')
+                        for i in self.node.get_publishers_info_by_topic(fqn)})
+        raise Missing(f'{", ".join(names) or "a publisher"} on {fqn} sent nothing within '
+                      f'{timeout:g} s of being found {dds_hint()}')
 
     def collect(self, msg_type, topic, qos, duration):
         """Return every message on `topic` during `duration` s."""
