@@ -217,3 +217,25 @@ def test_an_extension_whose_joined_fit_fails_leaves_the_first_result(tmp_path, n
     assert 'fit together failed' in ext['error'] and 'forced by the test' in ext['error']
     assert arm['interval'] == pytest.approx(ext['armature_interval_before'])
     assert ext['robot_time_s'] > 0 and len(session.experiments) == 2
+
+
+def test_the_runner_keeps_the_first_result_when_the_joined_fit_fails(nominal, sim, monkeypatch):
+    """The bench's path (runner.identify_joints) does what inertia_id does, in its words."""
+    import simreal_ros.core.sysid.runner as runner_module
+    from simreal_ros.core.sysid.estimators import IdentificationError
+    real = runner_module.estimate_inertia
+
+    def joined_fails(rec, exp, *args, **kwargs):
+        if exp.extension:
+            raise IdentificationError('not enough excitation', 'forced by the test')
+        return real(rec, exp, *args, **kwargs)
+    monkeypatch.setattr(runner_module, 'estimate_inertia', joined_fails)
+    s = {'inertia': short('inertia', armature_goal=0.001, inertia_extend_s=5.0)}
+    out = identify_joints(make_plant(sim, truth(sim)), s, nominal, ['shoulder_pitch'],
+                          kinds=('inertia',))
+    r = out['shoulder_pitch']
+    ext = r.extended['inertia']
+    assert ext['error'] == 'the two runs fit together failed: forced by the test', ext
+    assert ext['robot_time_s'] > 0
+    assert list(r.fits['inertia'].estimates['armature'].interval) == pytest.approx(
+        ext['armature_interval_before'])

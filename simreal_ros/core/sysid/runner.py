@@ -255,8 +255,8 @@ def _extend(out, plant, p, nominal, sample_rate_hz, keep_recordings):
     try:
         out.fits[kind] = estimate_inertia(rec, exp, nominal, lim, effort_lag_s=plant.dt)
     except IdentificationError as exc:
-        # The first run's fit stands (as inertia_id's does), and says why.
-        out.extended[kind]['error'] = str(exc)
+        # The first run's fit stands, and says why, in inertia_id's words.
+        out.extended[kind]['error'] = f'the two runs fit together failed: {exc.detail}'
         return
     out.baselines[kind] = baselines.baseline_inertia(rec, exp, nominal)
     if p.sweeps is not None:    # the multi-sines' friction terms join the sweeps'
