@@ -222,6 +222,9 @@ def main(argv=None):
     ap.add_argument('--physics-dt', type=float, default=None, help="the true plant's physics "
                     "step (default: the robot file's sim_robot.physics_dt, at most 0.5 ms: "
                     'see TRUE_PHYSICS_DT)')
+    ap.add_argument('--sample-rate-hz', type=float, default=500.0, help='the rate the '
+                    'joint states are read and the commands sent at (the robot\'s '
+                    'joint_states rate; default 500, the G1\'s and arm3\'s)')
     args = ap.parse_args(argv)
     try:
         config = robot_config_path(args.robot)
@@ -246,7 +249,8 @@ def main(argv=None):
         physics_dt = min(physics_dt, TRUE_PHYSICS_DT)
     ctx = {'model': model, 'names': names, 'sim': sim, 'settings': settings, 'base': base,
            'truth': args.truth, 'draw': args.draw, 'gantry': gantry, 'physics_dt': physics_dt,
-           'joints': joints, 'lift': args.gantry_lift, 'robot': args.robot}
+           'joints': joints, 'lift': args.gantry_lift, 'robot': args.robot,
+           'sample_rate_hz': args.sample_rate_hz}
     wall = time.monotonic()
     seeds = [args.first_seed + s for s in range(args.seeds)]
     if args.jobs > 1 and len(seeds) > 1:
@@ -266,6 +270,7 @@ def main(argv=None):
     touched = acc['touched']
     summary = {'bench': 'sysid_accuracy', 'robot': str(config), 'seeds': args.seeds,
                'gantry': bool(gantry), 'physics_dt': physics_dt,
+               'sample_rate_hz': args.sample_rate_hz,
                'joints': joints, 'truth': args.truth or 'drawn around the config plant',
                'draw': None if args.truth else args.draw,
                'samples_per_parameter': len(lat_err), 'parameters': {}, 'failures': len(failures),
@@ -382,7 +387,8 @@ def _run_seed(ctx, seed):
 
     # As the nodes run: every joint's friction and first multi-sine, the extensions
     # (inertia_extend_budget_s), every joint's latency.
-    results = identify_joints(plant, settings, nominal, joints, after=after)
+    results = identify_joints(plant, settings, nominal, joints, after=after,
+                              sample_rate_hz=ctx['sample_rate_hz'])
     for joint in joints:
         i = names.index(joint)
         res = results[joint]
