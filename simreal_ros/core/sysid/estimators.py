@@ -525,15 +525,50 @@ def white_noise_std(x):
     return 1.4826 * float(np.median(np.abs(d2 - np.median(d2)))) / math.sqrt(6.0)
 
 
-def accel_noise_gain(fs, filter_hz):
-    """Variance of `np.gradient(lowpass(w))` per unit variance of a white `w` sampled at fs.
+def derivative(x, t):
+    """d/dt of samples `x` (along axis 0) at times `t`, fourth-order in the step.
 
-    Zero-phase Butterworth (|H|^2 per pass, so |H|^4 in power) times the central difference
-    (sin(w)/dt); integrated over the Nyquist band.
+    The central difference np.gradient takes reads a sine of frequency f low by about
+    (2 pi f dt)^2 / 6: 1.6 % at 25 Hz sampled at 500 Hz, 6.4 % at 250 Hz. The inertia fit
+    subtracts the link's torque M * qdd with that acceleration, and a link 100 times its
+    armature (a G1 hip) turns a 0.03 % shortfall into 3 % of armature. Here each sample's
+    derivative is that of the polynomial through it and its two neighbours each side (the
+    five-point stencil on an even grid, (2 pi f dt)^4 / 30 low), with the samples' own times:
+    a joint-state clock's jitter does not enter. The two samples at each end keep
+    np.gradient's.
+    """
+    x = np.asarray(x, float)
+    t = np.asarray(t, float)
+    out = np.gradient(x, t, axis=0)
+    if len(t) < 5:
+        return out
+    n = len(t) - 4
+    nodes = [t[j:j + n] for j in range(5)]        # t_{k-2} .. t_{k+2} for each centre k
+    centre = nodes[2]
+    shape = (-1,) + (1,) * (x.ndim - 1)
+    acc = np.zeros((n,) + x.shape[1:])
+    for j in range(5):
+        if j == 2:
+            w = sum(1.0 / (centre - nodes[m]) for m in range(5) if m != 2)
+        else:
+            w = 1.0 / (nodes[j] - centre)
+            for m in range(5):
+                if m not in (j, 2):
+                    w = w * (centre - nodes[m]) / (nodes[j] - nodes[m])
+        acc += w.reshape(shape) * x[j:j + n]
+    out[2:-2] = acc
+    return out
+
+
+def accel_noise_gain(fs, filter_hz):
+    """Variance of `derivative(lowpass(w))` per unit variance of a white `w` sampled at fs.
+
+    Zero-phase Butterworth (|H|^2 per pass, so |H|^4 in power) times the five-point
+    derivative ((8 sin(w) - sin(2w)) / 6 / dt); integrated over the Nyquist band.
     """
     b, a = signal.butter(4, min(filter_hz / (fs / 2), 0.95))
     w, h = signal.freqz(b, a, worN=4096)
-    power = np.abs(h)**4 * (np.sin(w) * fs)**2
+    power = np.abs(h)**4 * ((8 * np.sin(w) - np.sin(2 * w)) / 6 * fs)**2
     return float(np.trapezoid(power, w) / np.pi)
 
 
@@ -603,7 +638,7 @@ def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint
     """
     qf = lowpass(rec.position, fs, filter_hz)
     qdf = lowpass(rec.velocity, fs, filter_hz)
-    qddf = np.gradient(qdf, rec.t, axis=0)
+    qddf = derivative(qdf, rec.t)
     slow = _dilate(np.abs(qdf[:, i]) < min_speed, int(round(0.01 * fs)))
     edge = int(round(2.0 * fs / filter_hz))
     use = excite & ~slow
@@ -629,7 +664,7 @@ def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint
         # effort reading is the torque of the last control step; a joint state is the end of
         # it): the measured torque is tau(t - dt_e) ~ tau(t) - dt_e * dtau/dt.
         X = np.column_stack([qddf[use, i], qdf[use, i], sf[use], np.ones(len(y)),
-                             -np.gradient(tauf, rec.t)[use]])
+                             -derivative(tauf, rec.t)[use]])
         if not effort_lag_s:
             return _inertia_solve(X, y, var_n, inertia) + (y,)
         # The offset known (half the step the effort averages over): taken out of the
@@ -647,7 +682,7 @@ def _inertia_regression(rec, nominal, i, excite, fs, filter_hz, min_speed, joint
         moving = rigid_all + theta[0] * qddf[:, i] + theta[1] * qdf[:, i] + theta[3]
         # read as the effort is: its time offset too (else the stuck samples, a quarter of
         # a sticking knee's, say the offset is 0, and the armature takes damping * offset)
-        moving = moving - theta[4] * np.gradient(moving, rec.t)
+        moving = moving - theta[4] * derivative(moving, rec.t)
         theta, cov, r, cond, lag, y = fit(np.where(stuck, moving, effort), moving_sign)
     return theta, cov, r, cond, lag, y
 
