@@ -49,7 +49,7 @@ from simreal_ros.core.config import (ConfigError, load_node_params,  # noqa: E40
                                      resolve_path, robot_config_path)
 from simreal_ros.core.plant import PlantTruth, SimPlant, load_model  # noqa: E402
 from simreal_ros.core.sysid import KINDS, NominalModel  # noqa: E402
-from simreal_ros.core.sysid.design import load_settings  # noqa: E402
+from simreal_ros.core.sysid.design import NODE_OF, check_sample_rate, load_settings  # noqa: E402
 from simreal_ros.core.sysid.records import result_documents  # noqa: E402
 from simreal_ros.core.sysid.runner import identify_joints  # noqa: E402
 
@@ -236,6 +236,10 @@ def main(argv=None):
                 else PlantTruth.from_mapping(plant, len(names), source=f'{config}:plant'))
         if args.draw == 'rllab-armature' and not args.truth:
             rllab_armature(names)
+        for kind in KINDS:   # as the nodes stop on the robot (design.check_sample_rate)
+            problem = check_sample_rate(settings[kind], args.sample_rate_hz, NODE_OF[kind])
+            if problem:
+                raise ConfigError(f'{config}: {problem}')
     except ConfigError as exc:
         print(f'sysid_accuracy: {exc}', file=sys.stderr)
         return 2

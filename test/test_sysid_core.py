@@ -618,3 +618,30 @@ def test_the_acceleration_noise_gain_is_the_derivatives_own():
         measured = np.var(derivative(lowpass(rng.normal(0.0, 1.0, len(t)), fs, cut),
                                      t)[1000:-1000])
         assert accel_noise_gain(fs, cut) == pytest.approx(measured, rel=0.03), (fs, cut)
+
+
+def test_a_command_rate_whose_ripple_folds_to_0_hz_is_named_with_one_that_does_not():
+    """design.check_sample_rate: the held targets' ripple at the command rate (and its
+    harmonics), sampled at the joint states' rate, must not land near 0 Hz, where the fits read
+    it as friction (arm3 at 500 Hz commands and a 500 Hz robot: viscous 32 % off with 1-2 %
+    intervals). The runner (and the bench) refuse such a pair as the nodes stop on it."""
+    from simreal_ros.core.config import ConfigError
+    from simreal_ros.core.sysid.design import (check_sample_rate, clear_command_rate,
+                                               ripple_alias)
+    from simreal_ros.core.sysid.runner import identify_joint
+    s = load_settings(CONFIG, 'friction')
+    assert s.command_rate_hz == 240.0
+    for fs in (500.0, 250.0, 1000.0, 333.0):          # the shipped 240 Hz: clear
+        assert check_sample_rate(s, fs) is None, fs
+    assert ripple_alias(240.0, 200.0)[0] == 5 and ripple_alias(500.0, 500.0)[0] == 1
+    assert ripple_alias(250.0, 500.0)[0] == 2 and ripple_alias(240.0, 480.2) is not None
+    why = check_sample_rate(s, 200.0, 'friction_id')
+    assert 'friction_id.command_rate_hz is 240 Hz' in why and '5th harmonic (1200 Hz)' in why
+    better = clear_command_rate(240.0, 200.0)
+    assert f'set friction_id.command_rate_hz to {better}' in why
+    assert ripple_alias(better, 200.0) is None and abs(better - 240) <= 3
+    # A file without command_rate_hz gets the nodes' 240, not 500 (1:1 with a 500 Hz robot)
+    from simreal_ros.core.sysid import SysidSettings
+    assert SysidSettings.__dataclass_fields__["command_rate_hz"].default == 240.0
+    with pytest.raises(ConfigError, match='command_rate_hz'):
+        identify_joint(None, s, None, 'elbow_pitch', kinds=('friction',), sample_rate_hz=200.0)

@@ -386,6 +386,39 @@ def test_time_going_back_stops_the_run(setup):
             client.close()
 
 
+def test_a_joint_state_rate_that_folds_the_command_ripple_to_0_hz_stops_the_run(setup,
+                                                                                 tmp_path):
+    """A robot whose joint_states come at 200 Hz under 240 Hz commands: the 5th harmonic of
+    the held targets' ripple is sampled at 0 Hz and reads as friction (bench, arm3: viscous
+    -4.6 to +5.7 % with intervals of +-1 to 2 %). The node measures the rate during the
+    approach and stops, naming command_rate_hz and a rate that works; no result."""
+    path, _, _ = setup
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    sim_section(data)['ros__parameters']['publish_rate_hz'] = 200.0
+    data['/**/friction_id']['ros__parameters']['results_dir'] = str(tmp_path / 'results')
+    run_path = tmp_path / 'arm3_200hz.yaml'
+    run_path.write_text(yaml.dump(data, Dumper=NoAliasDumper))
+    with NodeProcess('sim_robot', run_path, extra_args=DIRECT), \
+            NodeProcess('friction_id', run_path) as node:
+        client = Client('friction_id')
+        try:
+            reply = wait_for(
+                lambda: (lambda r: r if r.success else None)(client.call(client.start)),
+                120.0, interval=1.0, what='friction_id to accept ~/start')
+            assert reply.success, reply.message
+            wait_for(lambda: any(p.get('phase') == 'aborted' for p in client.progress), 60.0,
+                     what=f'aborted at 200 Hz\n{node.output()[-2000:]}')
+            reason = [p for p in client.progress if p.get('phase') == 'aborted'][-1]['reason']
+            assert ('joint_states come at 200.0 Hz' in reason and '5th harmonic' in reason
+                    and 'set friction_id.command_rate_hz to 239' in reason), reason
+            wait_for(lambda: 'no result published' in node.output(), 30.0, what='log line')
+            assert client.results == []
+            assert not list((tmp_path / 'results').glob('*.yaml'))
+        finally:
+            client.close()
+
+
 @pytest.mark.parametrize('kind,parameter', [('inertia', 'armature'), ('latency', 'latency')])
 def test_inertia_and_latency_nodes_run_end_to_end_through_the_supervisor(setup, tmp_path,
                                                                           kind, parameter):

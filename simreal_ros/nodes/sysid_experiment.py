@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import ClockChange, JumpThreshold
@@ -32,6 +33,7 @@ from std_srvs.srv import Trigger
 from simreal_ros.core.config import ConfigError, resolve_path, setting_dir
 from simreal_ros.core.files import write_text
 from simreal_ros.core.sysid import NominalModel, SysidSettings, check_limits
+from simreal_ros.core.sysid.design import check_sample_rate
 from simreal_ros.core.sysid.records import result_text
 from simreal_ros.core.sysid.session import SysidSession
 from simreal_ros.nodes.common import (LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, declare,
@@ -39,6 +41,9 @@ from simreal_ros.nodes.common import (LATCHED_QOS, SENSOR_SUB_QOS, COMMAND_QOS, 
 from simreal_ros.core.bridge.params import bridge_parameters
 
 SUBSCRIBE_GRACE_S = 1.0   # first joint_states after ~/start subscribes (DDS matching)
+# The joint states' rate is measured over this much of the run's first samples (the approach
+# to the first pose), then checked against command_rate_hz (design.check_sample_rate).
+RATE_WINDOW_S = 1.0
 
 COMMON_ARRAYS = {
     'joint_names': (Parameter.Type.STRING_ARRAY, 'robot joints (as in joint_states)'),
@@ -145,6 +150,7 @@ class SysidNode(Node):
         self.last_result = None
         self._last_progress = -math.inf
         self.time_jump = None         # why ROS time went back during the running experiment
+        self.rate_checked = True      # the joint states' rate, checked once per run
         self._supervisor_seen = None  # ROS time of the last safety/state
         self._last_command = None     # ROS time of the last command published
         self._lock = threading.Lock()
@@ -243,7 +249,11 @@ class SysidNode(Node):
         p['range_margin'] = declare(self, 'range_margin', 0.15, 'distance kept from each end '
                                     'of the joint range (rad)', low=0.0, high=1.0,
                                     read_only=True)
-        p['command_rate_hz'] = declare(self, 'command_rate_hz', 240.0, 'command rate (Hz)',
+        p['command_rate_hz'] = declare(self, 'command_rate_hz', 240.0, 'command rate (Hz); '
+                                       'a run stops, naming a rate that works, where one of '
+                                       'its first 10 harmonics lands within 2 Hz of a '
+                                       'multiple of the joint_states rate (that ripple reads '
+                                       'as friction)',
                                        low=20.0, high=1000.0, read_only=True)
         p['settle_s'] = declare(self, 'settle_s', 0.3, 'hold before and after excitations '
                                 '(s); a friction sweep counts as settled 2 time constants of '
@@ -468,6 +478,7 @@ class SysidNode(Node):
                 return
             self.workers = []
             self.time_jump = None
+            self.rate_checked = False
             self._last_command = None
             self.session = session
             self.started_at = time.monotonic()
@@ -507,6 +518,26 @@ class SysidNode(Node):
         self._publish_progress({'experiment': self.KIND, 'phase': 'aborted', 'reason': why,
                                 'percent': None, 'time_left_s': None})
 
+    def _sample_rate_problem(self, session):
+        """Once RATE_WINDOW_S of joint states is in: why the run cannot give honest friction
+        at their rate with this command rate (design.check_sample_rate), or None. Measured
+        from the driver's stamps, during the approach to the first pose (nothing identified
+        yet): a ripple folded to 0 Hz reads as friction with a narrow interval."""
+        samples = session.samples
+        if self.rate_checked or len(samples) < 50:
+            return None
+        span = samples[-1][0] - samples[0][0]
+        if span < RATE_WINDOW_S:
+            return None
+        self.rate_checked = True
+        # The mean period of the regular steps (a gap, a stalled driver, is not the rate)
+        steps = np.diff([row[0] for row in samples])
+        typical = float(np.median(steps))
+        if typical <= 0:
+            return None
+        rate = 1.0 / float(np.mean(steps[(steps > 0.5 * typical) & (steps < 1.5 * typical)]))
+        return check_sample_rate(self.settings, rate, self.get_name())
+
     # -- control loop ----------------------------------------------------------------------
     def _now(self):
         return self.get_clock().now().nanoseconds * 1e-9
@@ -527,7 +558,7 @@ class SysidNode(Node):
                     > self.p['joint_states_timeout_s']:
                 self._stop('joint_states stale')
                 return
-            problem = self._supervisor_problem()
+            problem = self._supervisor_problem() or self._sample_rate_problem(session)
             if problem:
                 self._stop(problem)
                 return

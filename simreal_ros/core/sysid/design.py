@@ -35,7 +35,9 @@ class SysidSettings:
     position_lower: np.ndarray = None  # rad, the supervisor's SysID soft limits (optional)
     position_upper: np.ndarray = None
     range_margin: float = 0.15        # rad kept from each end of the joint range / soft limits
-    command_rate_hz: float = 500.0
+    # The nodes' default (sysid_experiment): 500 read a 500 Hz robot's held targets' ripple
+    # as friction (see ripple_alias).
+    command_rate_hz: float = 240.0
     approach_speed_fraction: float = 0.5
     settle_s: float = 0.3
     gravity_feedforward: bool = True
@@ -637,6 +639,68 @@ def limit_usage(settings, rec):
             'velocity': float(np.max(np.abs(rec.cmd_velocity) / settings.velocity_limit)),
             'target_rate': float(np.max(rate / settings.velocity_limit)) if len(rate) else 0.0,
             'position_inside': not bool(outside)}
+
+
+# The held targets' ripple (check_sample_rate): harmonics looked at, and how near 0 Hz an
+# alias must come to read as friction (a sweep's settled time at one speed is about 1 s).
+RIPPLE_HARMONICS = 10
+RIPPLE_NEAR_HZ = 2.0
+
+
+def ripple_alias(command_rate_hz, sample_rate_hz, harmonics=RIPPLE_HARMONICS):
+    """The lowest harmonic of the command rate that the sample rate folds to within
+    RIPPLE_NEAR_HZ of 0 Hz, as (harmonic, alias Hz), or None.
+
+    A position target held for one command period makes the PD torque a sawtooth at the
+    command rate (kp * speed / rate peak to peak, harmonic k at 1/k of it). Sampled at a rate
+    its k-th harmonic is a multiple of, the joint state reads the sawtooth at one phase each
+    time: a torque offset proportional to the speed, which the fits take for viscous friction.
+    arm3 (bench --sample-rate-hz) read viscous friction 32 % off, with intervals of 1-2 %,
+    at 500 Hz commands and a 500 Hz robot, and -4.6 to +5.7 % at 240 Hz commands and 200 Hz (the
+    5th harmonic); 230 Hz commands at 200 Hz and 240 Hz at 250 or 500 Hz read within 3 %.
+    """
+    for k in range(1, harmonics + 1):
+        f = k * command_rate_hz
+        alias = abs(f - round(f / sample_rate_hz) * sample_rate_hz)
+        if alias < RIPPLE_NEAR_HZ:
+            return k, alias
+    return None
+
+
+def clear_command_rate(command_rate_hz, sample_rate_hz, harmonics=RIPPLE_HARMONICS):
+    """The whole-Hz command rate nearest `command_rate_hz` (within 30 %) whose first
+    `harmonics` harmonics all fold at least 2 x RIPPLE_NEAR_HZ from 0 Hz at `sample_rate_hz`,
+    or None."""
+    def margin(rate):
+        return min(abs(k * rate - round(k * rate / sample_rate_hz) * sample_rate_hz)
+                   for k in range(1, harmonics + 1))
+    base = int(round(command_rate_hz))
+    for step in range(0, int(0.3 * base) + 1):
+        for rate in (base - step, base + step):
+            if rate >= 20 and margin(rate) >= 2 * RIPPLE_NEAR_HZ:
+                return rate
+    return None
+
+
+def check_sample_rate(settings, sample_rate_hz, source='sysid'):
+    """None when `sample_rate_hz` (the joint states' rate) and settings.command_rate_hz keep
+    the held targets' ripple out of the fits (ripple_alias), else why, naming the parameter
+    and a rate that does."""
+    hit = ripple_alias(settings.command_rate_hz, sample_rate_hz)
+    if hit is None:
+        return None
+    k, alias = hit
+    better = clear_command_rate(settings.command_rate_hz, sample_rate_hz)
+    fix = (f'set {source}.command_rate_hz to {better}' if better is not None else
+           f'choose {source}.command_rate_hz so that no harmonic up to the '
+           f'{RIPPLE_HARMONICS}th is within {RIPPLE_NEAR_HZ:g} Hz of a multiple of the joint '
+           'states\' rate')
+    nth = {1: 'fundamental', 2: '2nd harmonic', 3: '3rd harmonic'}.get(k, f'{k}th harmonic')
+    return (f'joint_states come at {sample_rate_hz:.1f} Hz and {source}.command_rate_hz is '
+            f'{settings.command_rate_hz:g} Hz: the {nth} ({k * settings.command_rate_hz:g} Hz) '
+            'of the PD torque\'s ripple under the held position targets is sampled at '
+            f'{alias:.2f} Hz, where the fits read it as friction (a torque in proportion to the '
+            f'speed); {fix}')
 
 
 NODE_OF = {'friction': 'friction_id', 'inertia': 'inertia_id', 'latency': 'latency_id'}

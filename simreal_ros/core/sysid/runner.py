@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simreal_ros.core.sysid import baselines
-from simreal_ros.core.sysid.design import (Experiment, design_extension, design_for,
-                                          extension_cost, limit_usage)
+from simreal_ros.core.config import ConfigError
+from simreal_ros.core.sysid.design import (NODE_OF, Experiment, check_sample_rate,
+                                          design_extension, design_for, extension_cost,
+                                          limit_usage)
 from simreal_ros.core.sysid.estimators import (IdentificationError, Recording,
                                                combined_friction_fit, estimate_friction,
                                                estimate_inertia, estimate_latency)
@@ -174,6 +176,15 @@ class _Pending:
     index: int
 
 
+def _check_rates(per_kind, kinds, sample_rate_hz):
+    """Raise ConfigError, as the nodes stop, where the command rate would put the held
+    targets' ripple into the fits at this sample rate (design.check_sample_rate)."""
+    for kind in kinds:
+        problem = check_sample_rate(per_kind[kind], sample_rate_hz, NODE_OF[kind])
+        if problem:
+            raise ConfigError(problem)
+
+
 def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia', 'latency'),
                    sample_rate_hz=500.0, keep_recordings=False):
     """Run the experiments on one joint of `plant`; return a JointResult.
@@ -183,6 +194,7 @@ def identify_joint(plant, settings, nominal, joint, kinds=('friction', 'inertia'
     """
     out = JointResult(joint)
     per_kind = settings if isinstance(settings, dict) else {k: settings for k in kinds}
+    _check_rates(per_kind, kinds, sample_rate_hz)
     for kind in kinds:
         _identify_kind(out, plant, per_kind[kind], nominal, kind, sample_rate_hz,
                        keep_recordings)
@@ -200,6 +212,7 @@ def identify_joints(plant, settings, nominal, joints, kinds=('friction', 'inerti
     each recording (a bench's accounting of the robot's state).
     """
     per_kind = settings if isinstance(settings, dict) else {k: settings for k in kinds}
+    _check_rates(per_kind, kinds, sample_rate_hz)
     out = {j: JointResult(j) for j in joints}
     pending = {}
     first = [k for k in kinds if k != 'latency']
