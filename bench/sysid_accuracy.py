@@ -225,6 +225,9 @@ def main(argv=None):
     ap.add_argument('--sample-rate-hz', type=float, default=500.0, help='the rate the '
                     'joint states are read and the commands sent at (the robot\'s '
                     'joint_states rate; default 500, the G1\'s and arm3\'s)')
+    ap.add_argument('--command-rate-hz', type=float, default=None, help="the experiments' "
+                    "command rate (default: the robot file's command_rate_hz); a pair that "
+                    "folds the held targets' ripple to 0 Hz is refused, as the nodes stop it")
     args = ap.parse_args(argv)
     try:
         config = robot_config_path(args.robot)
@@ -237,6 +240,8 @@ def main(argv=None):
         if args.draw == 'rllab-armature' and not args.truth:
             rllab_armature(names)
         for kind in KINDS:   # as the nodes stop on the robot (design.check_sample_rate)
+            if args.command_rate_hz:
+                settings[kind].command_rate_hz = args.command_rate_hz
             problem = check_sample_rate(settings[kind], args.sample_rate_hz, NODE_OF[kind])
             if problem:
                 raise ConfigError(f'{config}: {problem}')
@@ -275,6 +280,7 @@ def main(argv=None):
     summary = {'bench': 'sysid_accuracy', 'robot': str(config), 'seeds': args.seeds,
                'gantry': bool(gantry), 'physics_dt': physics_dt,
                'sample_rate_hz': args.sample_rate_hz,
+               'command_rate_hz': settings['friction'].command_rate_hz,
                'joints': joints, 'truth': args.truth or 'drawn around the config plant',
                'draw': None if args.truth else args.draw,
                'samples_per_parameter': len(lat_err), 'parameters': {}, 'failures': len(failures),
